@@ -1,0 +1,63 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/kcompile/kcompile/compiler"
+	"github.com/kcompile/kcompile/compiler/ir"
+)
+
+type checkCmd struct {
+	Dir    string `arg:"" optional:"" default:"." help:"Spec directory (a CUE package)."`
+	Output string `short:"o" enum:"text,json" default:"text" help:"Output format: text or json."`
+	Strict bool   `help:"Treat warnings as errors."`
+}
+
+func (c *checkCmd) Run(e *env) error {
+	cluster, diags := compiler.Compile(compiler.Source{Dir: c.Dir})
+	if c.Strict {
+		diags = diags.Strict()
+	}
+	diags = diags.Relative(e.cwd)
+	switch c.Output {
+	case "json":
+		if err := diags.WriteJSON(e.stdout); err != nil {
+			return err
+		}
+	default:
+		if len(diags) > 0 {
+			if err := diags.WriteText(e.stdout); err != nil {
+				return err
+			}
+		}
+		if !diags.HasErrors() && cluster != nil {
+			fmt.Fprintf(e.stdout, "%s: cluster %q is valid: %s\n", c.Dir, cluster.Name, describe(cluster))
+		}
+	}
+	if diags.HasErrors() {
+		return statusError{code: exitProblems}
+	}
+	return nil
+}
+
+// describe summarises a cluster's nodes by role.
+func describe(c *ir.Cluster) string {
+	count := map[ir.Role]int{}
+	for _, n := range c.Nodes {
+		count[n.Role]++
+	}
+	s := fmt.Sprintf("%s (%d control-plane", plural(len(c.Nodes), "node"), count[ir.RoleControlPlane])
+	if count[ir.RoleEtcd] > 0 {
+		s += fmt.Sprintf(", %d etcd", count[ir.RoleEtcd])
+	}
+	s += fmt.Sprintf(", %s), etcd %s with %s", plural(count[ir.RoleWorker], "worker"), c.Etcd.Topology, plural(len(c.Etcd.Members), "member"))
+	return s
+}
+
+func plural(n int, word string) string {
+	if n == 1 {
+		return "1 " + word
+	}
+	return fmt.Sprintf("%d %ss", n, word)
+}
+

@@ -1,0 +1,142 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"sort"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/kcompile/kcompile/compiler"
+	"github.com/kcompile/kcompile/compiler/ir"
+)
+
+type explainCmd struct {
+	Dir    string `arg:"" optional:"" default:"." help:"Spec directory (a CUE package)."`
+	Path   string `arg:"" optional:"" help:"Show only this path and what lies below it, e.g. network.serviceCIDR or nodes.w01."`
+	Output string `short:"o" enum:"text,json" default:"text" help:"Output format: text or json."`
+}
+
+// explained is one line of explain's output.
+type explained struct {
+	Path   string `json:"path"`
+	Value  string `json:"value"`
+	Origin string `json:"origin"`
+	File   string `json:"file,omitempty"`
+	Line   int    `json:"line,omitempty"`
+	Column int    `json:"column,omitempty"`
+	From   string `json:"from,omitempty"`
+}
+
+func (c *explainCmd) Run(e *env) error {
+	cluster, diags := compiler.Compile(compiler.Source{Dir: c.Dir})
+	if cluster == nil {
+		diags = diags.Relative(e.cwd)
+		if err := diags.WriteText(e.stderr); err != nil {
+			return err
+		}
+		return statusError{code: exitProblems, msg: "the spec has errors; fix them to see its effective values"}
+	}
+	var rows []explained
+	for _, s := range cluster.Settings {
+		if c.Path != "" && !under(s.Path, c.Path) {
+			continue
+		}
+		o := s.Origin
+		o.Pos.File = relative(e.cwd, o.Pos.File)
+		rows = append(rows, explained{Path: s.Path, Value: s.Value, Origin: string(o.Kind), File: o.Pos.File, Line: o.Pos.Line, Column: o.Pos.Column, From: o.From})
+	}
+	if len(rows) == 0 {
+		return statusError{code: exitProblems, msg: fmt.Sprintf("no value at %s%s", c.Path, suggestPaths(cluster.Settings, c.Path))}
+	}
+	if c.Output == "json" {
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rows)
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", r.Path, r.Value, describeOrigin(r))
+	}
+	return tw.Flush()
+}
+
+func describeOrigin(r explained) string {
+	pos := r.File
+	if r.Line > 0 {
+		pos = fmt.Sprintf("%s:%d:%d", r.File, r.Line, r.Column)
+	}
+	switch ir.OriginKind(r.Origin) {
+	case ir.FromSpec:
+		return "spec " + pos
+	case ir.FromDefault:
+		return "schema default " + pos
+	}
+	if pos != "" {
+		return fmt.Sprintf("derived from %s, %s", r.From, pos)
+	}
+	return "derived from " + r.From
+}
+
+// under reports whether path is prefix or lies below it.
+func under(path, prefix string) bool {
+	if path == prefix {
+		return true
+	}
+	if !strings.HasPrefix(path, prefix) {
+		return false
+	}
+	next := path[len(prefix)]
+	return next == '.' || next == '['
+}
+
+// suggestPaths names the top-level sections, or paths that start like the
+// one asked for, so a typo is easy to fix.
+func suggestPaths(settings []ir.Setting, path string) string {
+	seen := map[string]bool{}
+	var out []string
+	parent := path
+	if i := strings.LastIndex(path, "."); i >= 0 {
+		parent = path[:i]
+	} else {
+		parent = ""
+	}
+	for _, s := range settings {
+		if parent != "" && !under(s.Path, parent) {
+			continue
+		}
+		rest := strings.TrimPrefix(s.Path, parent)
+		rest = strings.TrimPrefix(rest, ".")
+		head := rest
+		if i := strings.IndexAny(rest, ".["); i >= 0 {
+			head = rest[:i]
+		}
+		full := head
+		if parent != "" {
+			full = parent + "." + head
+		}
+		if !seen[full] {
+			seen[full] = true
+			out = append(out, full)
+		}
+	}
+	sort.Strings(out)
+	if len(out) > 20 {
+		out = append(out[:20], "...")
+	}
+	if len(out) == 0 {
+		return ""
+	}
+	return "; known paths here: " + strings.Join(out, ", ")
+}
+
+func relative(base, file string) string {
+	if base == "" || !filepath.IsAbs(file) {
+		return file
+	}
+	if rel, err := filepath.Rel(base, file); err == nil && !strings.HasPrefix(rel, "..") {
+		return rel
+	}
+	return file
+}

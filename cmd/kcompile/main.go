@@ -1,0 +1,101 @@
+// Command kcompile compiles a CUE description of a Kubernetes cluster into
+// what is needed to run it. This package is the only one that reads the
+// environment, the wall clock or crypto/rand, and the only one that prints
+// diagnostics.
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/alecthomas/kong"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// Exit statuses shared by every command.
+const (
+	exitOK       = 0
+	exitProblems = 1
+	exitUsage    = 2
+)
+
+// cli is the kong grammar of kcompile.
+type cli struct {
+	Check      checkCmd      `cmd:"" help:"Check a spec: schema errors and semantic checks, all reported at once."`
+	Explain    explainCmd    `cmd:"" help:"Show effective values of a spec and where each came from."`
+	Version    versionCmd    `cmd:"" help:"Print the kcompile version and the schema versions it understands."`
+	Completion completionCmd `cmd:"" help:"Print a shell completion script (bash, zsh or fish)."`
+}
+
+// env is what commands may touch of the outside world.
+type env struct {
+	stdout, stderr io.Writer
+	// cwd makes printed positions relative to where the user stands.
+	cwd string
+	app *kong.Kong
+}
+
+// exitError carries an exit status out of kong's Exit hook.
+type exitError int
+
+func run(args []string, stdout, stderr io.Writer) (code int) {
+	var c cli
+	parser, err := kong.New(&c,
+		kong.Name("kcompile"),
+		kong.Description("kcompile compiles a CUE specification of a Kubernetes cluster into what is needed to run it."),
+		kong.Writers(stdout, stderr),
+		kong.UsageOnError(),
+		kong.Exit(func(code int) { panic(exitError(code)) }),
+		kong.ConfigureHelp(kong.HelpOptions{Compact: true}),
+	)
+	if err != nil {
+		fmt.Fprintln(stderr, "kcompile: internal error:", err)
+		return exitUsage
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			e, ok := r.(exitError)
+			if !ok {
+				panic(r)
+			}
+			code = int(e)
+			if code != exitOK {
+				code = exitUsage
+			}
+		}
+	}()
+	kctx, err := parser.Parse(args)
+	if err != nil {
+		fmt.Fprintf(stderr, "kcompile: error: %v\n", err)
+		return exitUsage
+	}
+	cwd, err := os.Getwd()
+	if err != nil {
+		cwd = ""
+	}
+	e := &env{stdout: stdout, stderr: stderr, cwd: cwd, app: parser}
+	if err := kctx.Run(e); err != nil {
+		if s, ok := err.(statusError); ok {
+			if s.msg != "" {
+				fmt.Fprintln(stderr, "kcompile:", s.msg)
+			}
+			return s.code
+		}
+		fmt.Fprintln(stderr, "kcompile:", err)
+		return exitProblems
+	}
+	return exitOK
+}
+
+// statusError ends a command with a given exit status, optionally saying
+// why on stderr.
+type statusError struct {
+	code int
+	msg  string
+}
+
+func (s statusError) Error() string { return s.msg }

@@ -1,0 +1,130 @@
+package compiler
+
+import (
+	"fmt"
+	"net/netip"
+
+	"github.com/kcompile/kcompile/compiler/diag"
+)
+
+const (
+	CodeAddressParse      = "KC0201"
+	CodeAddressNetwork    = "KC0202"
+	CodeAddressFamily     = "KC0203"
+	CodeAddressReserved   = "KC0204"
+	CodeAddressDualStack  = "KC0205"
+	CodeAddressUnassigned = "KC0206"
+)
+
+func addressesFamily() family {
+	return family{name: "addresses", check: checkAddresses, rules: []Rule{
+		rule(CodeAddressParse, diag.Error, "a node address does not parse as an IP address"),
+		rule(CodeAddressNetwork, diag.Error, "a node address lies outside every declared node network"),
+		rule(CodeAddressFamily, diag.Error, "a node's secondary address is of the same IP family as its primary"),
+		rule(CodeAddressReserved, diag.Error, "a node address is the network or broadcast address of its node network"),
+		rule(CodeAddressDualStack, diag.Warning, "a pod-running node of a dual-stack cluster has no address of the second family"),
+		rule(CodeAddressUnassigned, diag.Error, "a node address is unspecified, loopback, multicast or link-local"),
+	}}
+}
+
+// nodeNetworks parses network.nodes, reporting bad entries once.
+func (m *model) nodeNetworks() []netip.Prefix {
+	var out []netip.Prefix
+	for i, s := range m.spec.Network.Nodes {
+		if p, ok := m.prefix(fmt.Sprintf("network.nodes[%d]", i), s); ok {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func checkAddresses(m *model) {
+	networks := m.nodeNetworks()
+	dual := m.spec.Network.SecondaryPodCIDR != ""
+	once := map[string]bool{}
+	first := func(key string) bool {
+		if once[key] {
+			return false
+		}
+		once[key] = true
+		return true
+	}
+	for _, n := range m.nodes {
+		if n.role == "etcd" && n.spec.Address == "" {
+			continue // reported by the etcd checks
+		}
+		primary, err := netip.ParseAddr(n.spec.Address)
+		if err != nil {
+			m.report(CodeAddressParse, n.fieldPath("address"), fmt.Sprintf("address %q of node %s is not an IP address", n.spec.Address, n.name),
+				`write an IPv4 or IPv6 address such as "10.0.0.11", without a prefix length`)
+			continue
+		}
+		addrs := []netip.Addr{primary}
+		fields := []string{"address"}
+		if n.spec.SecondaryAddress != "" {
+			second, err := netip.ParseAddr(n.spec.SecondaryAddress)
+			switch {
+			case err != nil:
+				m.report(CodeAddressParse, n.fieldPath("secondaryAddress"), fmt.Sprintf("secondary address %q of node %s is not an IP address", n.spec.SecondaryAddress, n.name),
+					`write an address of the other IP family, such as "fd00::11"`)
+			case second.Is4() == primary.Is4():
+				if first(CodeAddressFamily + n.path) {
+					m.report(CodeAddressFamily, n.fieldPath("secondaryAddress"), fmt.Sprintf("node %s has two %s addresses; the secondary address must be of the other family", n.name, familyOf(primary)),
+						"a node has at most one address per IP family: make secondaryAddress an "+familyOf(otherFamily(primary))+" address", n.fieldPath("address"))
+				}
+			default:
+				addrs = append(addrs, second)
+				fields = append(fields, "secondaryAddress")
+			}
+		} else if dual && n.runsPods() && first(CodeAddressDualStack+n.path) {
+			m.report(CodeAddressDualStack, n.fieldPath("address"), fmt.Sprintf("node %s has no %s address in a dual-stack cluster", n.name, familyOf(otherFamily(primary))),
+				"give the node a secondaryAddress (or a pool a firstSecondaryAddress) so host-network pods and the kubelet get both families", "network.secondaryPodCIDR")
+		}
+		for i, a := range addrs {
+			path := n.fieldPath(fields[i])
+			if a.IsUnspecified() || a.IsLoopback() || a.IsMulticast() || a.IsLinkLocalUnicast() {
+				if first(CodeAddressUnassigned + path) {
+					m.report(CodeAddressUnassigned, path, fmt.Sprintf("address %s of node %s cannot be a node address", a, n.name),
+						"use a unicast address of the node network")
+				}
+				continue
+			}
+			var in netip.Prefix
+			for _, p := range networks {
+				if p.Contains(a) {
+					in = p
+					break
+				}
+			}
+			if !in.IsValid() {
+				if len(networks) > 0 && first(CodeAddressNetwork+path) {
+					m.report(CodeAddressNetwork, path, fmt.Sprintf("address %s of node %s is outside every node network (%s)", a, n.name, joinPrefixes(networks)),
+						"correct the address, or add its network to network.nodes", "network.nodes")
+				}
+				continue
+			}
+			if a.Is4() && in.Bits() < 31 && (a == in.Addr() || a == lastAddr(in)) && first(CodeAddressReserved+path) {
+				what := "network"
+				if a != in.Addr() {
+					what = "broadcast"
+				}
+				m.report(CodeAddressReserved, path, fmt.Sprintf("address %s of node %s is the %s address of %s", a, n.name, what, in),
+					"choose an address strictly inside the node network", "network.nodes")
+			}
+		}
+	}
+}
+
+func familyOf(a netip.Addr) string {
+	if a.Is4() {
+		return "IPv4"
+	}
+	return "IPv6"
+}
+
+func otherFamily(a netip.Addr) netip.Addr {
+	if a.Is4() {
+		return netip.IPv6Unspecified()
+	}
+	return netip.IPv4Unspecified()
+}

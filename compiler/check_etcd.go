@@ -1,0 +1,157 @@
+package compiler
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/kcompile/kcompile/compiler/diag"
+)
+
+const (
+	CodeEtcdEven        = "KC0401"
+	CodeEtcdSingle      = "KC0402"
+	CodeEtcdStackedNode = "KC0403"
+	CodeEtcdNoAddress   = "KC0404"
+	CodeEtcdZone        = "KC0405"
+	CodeEtcdRack        = "KC0406"
+	CodeEtcdNoMembers   = "KC0407"
+	CodeEtcdTooMany     = "KC0408"
+	CodeEtcdStackedAddr = "KC0409"
+)
+
+func etcdFamily() family {
+	return family{name: "etcd", check: checkEtcd, rules: []Rule{
+		rule(CodeEtcdEven, diag.Error, "etcd has an even number of members: no more fault tolerance than one fewer, and more ways to lose quorum"),
+		rule(CodeEtcdSingle, diag.Warning, "etcd has a single member: losing it loses the cluster's state"),
+		rule(CodeEtcdStackedNode, diag.Error, "a stacked etcd member is not a control-plane node"),
+		rule(CodeEtcdNoAddress, diag.Error, "an external etcd member has no address"),
+		rule(CodeEtcdZone, diag.Warning, "losing one zone loses etcd quorum"),
+		rule(CodeEtcdRack, diag.Warning, "losing one rack loses etcd quorum"),
+		rule(CodeEtcdNoMembers, diag.Error, "the etcd topology is external but no member is declared"),
+		rule(CodeEtcdTooMany, diag.Warning, "etcd has more than 7 members: every write waits for a majority"),
+		rule(CodeEtcdStackedAddr, diag.Error, "a stacked etcd member sets its own address, zone or rack instead of its node's"),
+	}}
+}
+
+// etcdMember is a member as the checks see it.
+type etcdMember struct {
+	name, path, zone, rack string
+}
+
+// etcdMembers returns the members of the topology: for stacked etcd the
+// listed control-plane nodes, or all of them.
+func (m *model) etcdMembers() []etcdMember {
+	s := m.spec
+	var out []etcdMember
+	if s.Etcd.Topology == "external" {
+		for _, name := range sortedKeys(s.Etcd.Members) {
+			mem := s.Etcd.Members[name]
+			out = append(out, etcdMember{name, "etcd.members." + quoteLabel(name), mem.Zone, mem.Rack})
+		}
+		return out
+	}
+	names := sortedKeys(s.Etcd.Members)
+	if len(names) == 0 {
+		names = sortedKeys(s.ControlPlane.Nodes)
+	}
+	for _, name := range names {
+		if n, ok := s.ControlPlane.Nodes[name]; ok {
+			path := "controlPlane.nodes." + quoteLabel(name)
+			if _, listed := s.Etcd.Members[name]; listed {
+				path = "etcd.members." + quoteLabel(name)
+			}
+			out = append(out, etcdMember{name, path, n.Zone, n.Rack})
+		}
+	}
+	return out
+}
+
+func quorum(n int) int { return n/2 + 1 }
+
+func checkEtcd(m *model) {
+	s := m.spec
+	if s.Etcd.Topology == "external" {
+		if len(s.Etcd.Members) == 0 {
+			m.report(CodeEtcdNoMembers, "etcd.topology", "etcd topology is external but etcd.members is empty",
+				"declare the external members with their addresses, or use topology \"stacked\"")
+			return
+		}
+		for _, name := range sortedKeys(s.Etcd.Members) {
+			if s.Etcd.Members[name].Address == "" {
+				m.report(CodeEtcdNoAddress, "etcd.members."+quoteLabel(name), fmt.Sprintf("external etcd member %s has no address", name),
+					"set address: the API servers and the other members dial it")
+			}
+		}
+	} else {
+		for _, name := range sortedKeys(s.Etcd.Members) {
+			path := "etcd.members." + quoteLabel(name)
+			if _, ok := s.ControlPlane.Nodes[name]; !ok {
+				m.report(CodeEtcdStackedNode, path, fmt.Sprintf("stacked etcd member %s is not a control-plane node", name),
+					"stacked members run on control-plane nodes: name one of "+strings.Join(sortedKeys(s.ControlPlane.Nodes), ", ")+", or use topology \"external\"")
+				continue
+			}
+			mem := s.Etcd.Members[name]
+			if mem.Address != "" || mem.Zone != "" || mem.Rack != "" || mem.MAC != "" {
+				m.report(CodeEtcdStackedAddr, path, fmt.Sprintf("stacked etcd member %s sets its own address, MAC, zone or rack", name),
+					"a stacked member lives on its control-plane node: set these on controlPlane.nodes."+quoteLabel(name)+" instead")
+			}
+		}
+	}
+	members := m.etcdMembers()
+	n := len(members)
+	if n == 0 {
+		return
+	}
+	where := "etcd.topology"
+	if s.Etcd.Topology == "external" || len(s.Etcd.Members) > 0 {
+		where = "etcd.members"
+	} else if !m.written("etcd.topology") {
+		where = "controlPlane.nodes"
+	}
+	switch {
+	case n == 1:
+		m.report(CodeEtcdSingle, where, "etcd has a single member: it tolerates no failure, and losing its disk loses the cluster",
+			"run 3 members (or 5) for a cluster that must survive a machine failure")
+	case n%2 == 0:
+		m.report(CodeEtcdEven, where, fmt.Sprintf("etcd has %d members: quorum is %d, so it tolerates %d failure(s), no more than %d members would, and a network split can leave no side with quorum",
+			n, quorum(n), n-quorum(n), n-1),
+			fmt.Sprintf("use an odd number of members: %d or %d", n-1, n+1))
+	case n > 7:
+		m.report(CodeEtcdTooMany, where, fmt.Sprintf("etcd has %d members; every write waits for %d of them", n, quorum(n)),
+			"etcd recommends at most 7 members; run 5 and make the rest learners or remove them")
+	}
+	domainLoss(m, members, "zone", CodeEtcdZone, func(e etcdMember) string { return e.zone })
+	domainLoss(m, members, "rack", CodeEtcdRack, func(e etcdMember) string { return e.rack })
+}
+
+// domainLoss warns for each failure domain whose loss leaves fewer than a
+// quorum of members.
+func domainLoss(m *model, members []etcdMember, kind, code string, of func(etcdMember) string) {
+	count := map[string][]etcdMember{}
+	for _, e := range members {
+		if d := of(e); d != "" {
+			count[d] = append(count[d], e)
+		}
+	}
+	if len(count) == 0 {
+		return
+	}
+	q := quorum(len(members))
+	domains := sortedKeys(count)
+	sort.Strings(domains)
+	for _, d := range domains {
+		lost := count[d]
+		if len(members)-len(lost) >= q {
+			continue
+		}
+		var names, paths []string
+		for _, e := range lost {
+			names = append(names, e.name)
+			paths = append(paths, e.path+"."+kind)
+		}
+		m.report(code, paths[0], fmt.Sprintf("losing %s %q loses etcd quorum: it holds %d of %d members (%s) and %d are needed",
+			kind, d, len(lost), len(members), strings.Join(names, ", "), q),
+			fmt.Sprintf("spread the members so that no %s holds %d or more of them", kind, len(members)-q+1), paths[1:]...)
+	}
+}

@@ -1,0 +1,133 @@
+package compiler
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+
+	"github.com/kcompile/kcompile/compiler/diag"
+)
+
+const (
+	CodeClusterName  = "KC0101"
+	CodeNodeName     = "KC0102"
+	CodeDupName      = "KC0103"
+	CodeDupAddress   = "KC0104"
+	CodeDupMAC       = "KC0105"
+	CodePoolPattern  = "KC0106"
+	CodePoolMACs     = "KC0107"
+	CodeLabelInvalid = "KC0108"
+)
+
+func namesFamily() family {
+	return family{name: "names", check: checkNames, rules: []Rule{
+		rule(CodeClusterName, diag.Error, "the cluster name is not a DNS-1123 label"),
+		rule(CodeNodeName, diag.Error, "a node name is not a DNS-1123 subdomain"),
+		rule(CodeDupName, diag.Error, "two nodes (control plane, etcd, workers, pools) have the same name"),
+		rule(CodeDupAddress, diag.Error, "two nodes have the same address"),
+		rule(CodeDupMAC, diag.Error, "two nodes have the same MAC address"),
+		rule(CodePoolPattern, diag.Error, "a worker pool's name pattern does not have exactly one integer verb"),
+		rule(CodePoolMACs, diag.Error, "a worker pool lists a different number of MAC addresses than it has nodes"),
+		rule(CodeLabelInvalid, diag.Error, "a node label or taint key is not a valid Kubernetes qualified name"),
+	}}
+}
+
+var (
+	dns1123Label     = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+	qualifiedNamePat = regexp.MustCompile(`^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$`)
+)
+
+// isDNSLabel reports whether s is a DNS-1123 label.
+func isDNSLabel(s string) bool { return len(s) <= 63 && dns1123Label.MatchString(s) }
+
+// isDNSSubdomain reports whether s is a DNS-1123 subdomain.
+func isDNSSubdomain(s string) bool {
+	if len(s) == 0 || len(s) > 253 {
+		return false
+	}
+	for _, l := range strings.Split(s, ".") {
+		if !isDNSLabel(l) {
+			return false
+		}
+	}
+	return true
+}
+
+// isQualifiedName reports whether s is a Kubernetes label key: an optional
+// DNS subdomain prefix and a name of at most 63 characters.
+func isQualifiedName(s string) bool {
+	prefix, name, found := strings.Cut(s, "/")
+	if found && !isDNSSubdomain(prefix) {
+		return false
+	}
+	return len(name) <= 63 && qualifiedNamePat.MatchString(name)
+}
+
+func checkNames(m *model) {
+	if !isDNSLabel(m.spec.Name) {
+		m.report(CodeClusterName, "name", fmt.Sprintf("cluster name %q is not a DNS-1123 label", m.spec.Name),
+			"use at most 63 lower-case letters, digits and '-', starting and ending with a letter or digit")
+	}
+	// Pool nodes share one source, so each pool is reported once per rule
+	// and pair of sources, not once per node.
+	once := map[string]bool{}
+	first := func(key string) bool {
+		if once[key] {
+			return false
+		}
+		once[key] = true
+		return true
+	}
+	names := map[string]*mnode{}
+	addrs := map[string]*mnode{}
+	macs := map[string]*mnode{}
+	for _, n := range m.nodes {
+		if !isDNSSubdomain(n.name) && first(CodeNodeName+n.path) {
+			m.report(CodeNodeName, n.fieldPath("name"), fmt.Sprintf("node name %q is not a DNS-1123 subdomain", n.name),
+				"use lower-case letters, digits, '-' and '.', starting and ending with a letter or digit")
+		}
+		if o, dup := names[n.name]; dup {
+			if first(CodeDupName + o.path + n.path) {
+				m.report(CodeDupName, n.fieldPath("name"), fmt.Sprintf("node name %q is used twice (also at %s)", n.name, o.path),
+					"rename one of the nodes; every machine needs a unique name", o.fieldPath("name"))
+			}
+		} else {
+			names[n.name] = n
+		}
+		for i, a := range n.addrs {
+			field := []string{"address", "secondaryAddress"}[min(i, 1)]
+			key := a.String()
+			if o, dup := addrs[key]; dup && o != n {
+				if first(CodeDupAddress + o.path + n.path) {
+					m.report(CodeDupAddress, n.fieldPath(field), fmt.Sprintf("address %s of node %s is also the address of node %s", a, n.name, o.name),
+						"give every node its own address", o.fieldPath("address"))
+				}
+			} else {
+				addrs[key] = n
+			}
+		}
+		if n.spec.MAC != "" {
+			key := strings.ToLower(n.spec.MAC)
+			if o, dup := macs[key]; dup {
+				if first(CodeDupMAC + o.path + n.path) {
+					m.report(CodeDupMAC, n.fieldPath("mac"), fmt.Sprintf("MAC address %s of node %s is also the MAC of node %s", n.spec.MAC, n.name, o.name),
+						"every machine has its own hardware address; check for a copy-paste mistake", o.fieldPath("mac"))
+				}
+			} else {
+				macs[key] = n
+			}
+		}
+		for _, k := range sortedKeys(n.spec.Labels) {
+			if !isQualifiedName(k) && first(CodeLabelInvalid+n.path+k) {
+				m.report(CodeLabelInvalid, n.fieldPath("labels."+quoteLabel(k)), fmt.Sprintf("label key %q is not a valid Kubernetes label key", k),
+					`use an optional DNS prefix and a name of letters, digits, '-', '_' and '.', such as "example.com/tier"`)
+			}
+		}
+		for i, t := range n.spec.Taints {
+			if !isQualifiedName(t.Key) && first(CodeLabelInvalid+n.path+t.Key) {
+				m.report(CodeLabelInvalid, n.fieldPath(fmt.Sprintf("taints[%d]", i)), fmt.Sprintf("taint key %q is not a valid Kubernetes taint key", t.Key),
+					`use an optional DNS prefix and a name of letters, digits, '-', '_' and '.', such as "dedicated"`)
+			}
+		}
+	}
+}

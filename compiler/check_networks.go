@@ -1,0 +1,231 @@
+package compiler
+
+import (
+	"fmt"
+	"net/netip"
+
+	"github.com/kcompile/kcompile/compiler/diag"
+)
+
+const (
+	CodeCIDRParse        = "KC0301"
+	CodeCIDROverlap      = "KC0302"
+	CodeFamilyMismatch   = "KC0303"
+	CodeDualStackPair    = "KC0304"
+	CodePodCIDRFull      = "KC0305"
+	CodePodCIDRHeadroom  = "KC0306"
+	CodeServiceCIDRSize  = "KC0307"
+	CodeDNSIPOutside     = "KC0308"
+	CodeDNSIPFirst       = "KC0309"
+	CodeNodeMask         = "KC0310"
+	CodeMaxPodsRange     = "KC0311"
+	CodeDomain           = "KC0312"
+	CodeNodeNetworkFamly = "KC0313"
+)
+
+func networksFamily() family {
+	return family{name: "networks", check: checkNetworks, rules: []Rule{
+		rule(CodeCIDRParse, diag.Error, "a CIDR does not parse or has host bits set"),
+		rule(CodeCIDROverlap, diag.Error, "two of pod CIDR, service CIDR, node networks and the API VIP overlap"),
+		rule(CodeFamilyMismatch, diag.Error, "the pod and service CIDRs of one position (primary or secondary) are of different IP families"),
+		rule(CodeDualStackPair, diag.Error, "dual-stack is incomplete: a secondary pod CIDR without a secondary service CIDR (or the reverse), or a secondary of the primary's family"),
+		rule(CodePodCIDRFull, diag.Error, "the pod CIDR at the node mask size has fewer node ranges than nodes that run pods"),
+		rule(CodePodCIDRHeadroom, diag.Warning, "the pod CIDR leaves less than 20 % of its node ranges free"),
+		rule(CodeServiceCIDRSize, diag.Error, "the service CIDR is larger than the API server accepts (IPv4 /12, IPv6 /108)"),
+		rule(CodeDNSIPOutside, diag.Error, "the DNS service IP is outside the service CIDR"),
+		rule(CodeDNSIPFirst, diag.Error, "the DNS service IP is the first service address, which the kubernetes Service takes"),
+		rule(CodeNodeMask, diag.Error, "the node CIDR mask size is not longer than the pod CIDR's prefix"),
+		rule(CodeMaxPodsRange, diag.Error, "a node's maxPods exceeds the addresses of its pod range"),
+		rule(CodeDomain, diag.Error, "the cluster domain is not a DNS name"),
+		rule(CodeNodeNetworkFamly, diag.Error, "no node network of the primary IP family of pods and services"),
+	}}
+}
+
+// namedRange is an address range taking part in the overlap check.
+type namedRange struct {
+	name, path string
+	p          netip.Prefix
+}
+
+func checkNetworks(m *model) {
+	n := &m.spec.Network
+	var ranges []namedRange
+	for i, s := range n.Nodes {
+		path := fmt.Sprintf("network.nodes[%d]", i)
+		if p, ok := m.prefix(path, s); ok {
+			ranges = append(ranges, namedRange{"node network " + s, path, p})
+		}
+	}
+	pod, podOK := m.prefix("network.podCIDR", n.PodCIDR)
+	svc, svcOK := m.prefix("network.serviceCIDR", n.ServiceCIDR)
+	if podOK {
+		ranges = append(ranges, namedRange{"pod CIDR " + n.PodCIDR, "network.podCIDR", pod})
+	}
+	if svcOK {
+		ranges = append(ranges, namedRange{"service CIDR " + n.ServiceCIDR, "network.serviceCIDR", svc})
+	}
+	var pod2, svc2 netip.Prefix
+	var pod2OK, svc2OK bool
+	if n.SecondaryPodCIDR != "" {
+		if pod2, pod2OK = m.prefix("network.secondaryPodCIDR", n.SecondaryPodCIDR); pod2OK {
+			ranges = append(ranges, namedRange{"secondary pod CIDR " + n.SecondaryPodCIDR, "network.secondaryPodCIDR", pod2})
+		}
+	}
+	if n.SecondaryServiceCIDR != "" {
+		if svc2, svc2OK = m.prefix("network.secondaryServiceCIDR", n.SecondaryServiceCIDR); svc2OK {
+			ranges = append(ranges, namedRange{"secondary service CIDR " + n.SecondaryServiceCIDR, "network.secondaryServiceCIDR", svc2})
+		}
+	}
+	if ep := m.spec.ControlPlane.Endpoint; ep != nil && ep.Address != "" {
+		if a, err := netip.ParseAddr(ep.Address); err == nil {
+			ranges = append(ranges, namedRange{"API VIP " + ep.Address, "controlPlane.endpoint.address", netip.PrefixFrom(a, a.BitLen())})
+		}
+	}
+	for i, a := range ranges {
+		for _, b := range ranges[i+1:] {
+			if !overlaps(a.p, b.p) {
+				continue
+			}
+			// A VIP inside a node network is normal: only the pod and
+			// service ranges must stay clear of it.
+			if (isVIP(a) && isNodeNet(b)) || (isVIP(b) && isNodeNet(a)) {
+				continue
+			}
+			m.report(CodeCIDROverlap, b.path, fmt.Sprintf("%s overlaps %s", b.name, a.name),
+				"every range must be disjoint, or packets are routed to the wrong place: move one of them", a.path)
+		}
+	}
+
+	// Families: primary pod and service ranges agree; secondaries come as a
+	// pair of the other family.
+	if podOK && svcOK && pod.Addr().Is4() != svc.Addr().Is4() {
+		m.report(CodeFamilyMismatch, "network.serviceCIDR", fmt.Sprintf("service CIDR %s is %s but pod CIDR %s is %s", svc, familyOf(svc.Addr()), pod, familyOf(pod.Addr())),
+			"the primary pod and service CIDRs must be of one family; put the other family in secondaryPodCIDR and secondaryServiceCIDR", "network.podCIDR")
+	}
+	switch {
+	case (n.SecondaryPodCIDR == "") != (n.SecondaryServiceCIDR == ""):
+		have, missing := "network.secondaryPodCIDR", "secondaryServiceCIDR"
+		if n.SecondaryPodCIDR == "" {
+			have, missing = "network.secondaryServiceCIDR", "secondaryPodCIDR"
+		}
+		m.report(CodeDualStackPair, have, "dual-stack needs a secondary pod CIDR and a secondary service CIDR; only one is set",
+			"set "+missing+" too, or remove "+have[len("network."):]+" for a single-stack cluster")
+	case pod2OK && podOK && pod2.Addr().Is4() == pod.Addr().Is4():
+		m.report(CodeDualStackPair, "network.secondaryPodCIDR", fmt.Sprintf("secondary pod CIDR %s is of the same family as pod CIDR %s", pod2, pod),
+			"the secondary ranges hold the other IP family", "network.podCIDR")
+	case svc2OK && svcOK && svc2.Addr().Is4() == svc.Addr().Is4():
+		m.report(CodeDualStackPair, "network.secondaryServiceCIDR", fmt.Sprintf("secondary service CIDR %s is of the same family as service CIDR %s", svc2, svc),
+			"the secondary ranges hold the other IP family", "network.serviceCIDR")
+	}
+
+	// Every node of a family needs somewhere to live.
+	if podOK {
+		found := false
+		for _, r := range ranges {
+			if isNodeNet(r) && r.p.Addr().Is4() == pod.Addr().Is4() {
+				found = true
+			}
+		}
+		if !found && len(n.Nodes) > 0 {
+			m.report(CodeNodeNetworkFamly, "network.nodes", fmt.Sprintf("pods are %s but no node network is", familyOf(pod.Addr())),
+				"add a node network of the pods' family to network.nodes, or change podCIDR and serviceCIDR")
+		}
+	}
+
+	podNodes := 0
+	maxPods := map[string]int{}
+	for _, node := range m.nodes {
+		if node.runsPods() {
+			podNodes++
+			if node.spec.Capacity.MaxPods > maxPods[node.path] {
+				maxPods[node.path] = node.spec.Capacity.MaxPods
+			}
+		}
+	}
+	checkPodCapacity(m, "network.podCIDR", pod, podOK, podNodes, maxPods)
+	if pod2OK {
+		checkPodCapacity(m, "network.secondaryPodCIDR", pod2, true, podNodes, maxPods)
+	}
+
+	for _, s := range []struct {
+		path string
+		p    netip.Prefix
+		ok   bool
+	}{{"network.serviceCIDR", svc, svcOK}, {"network.secondaryServiceCIDR", svc2, svc2OK}} {
+		if !s.ok {
+			continue
+		}
+		limit := 12
+		if !s.p.Addr().Is4() {
+			limit = 108
+		}
+		if s.p.Bits() < limit {
+			m.report(CodeServiceCIDRSize, s.path, fmt.Sprintf("service CIDR %s is larger than kube-apiserver accepts (/%d at most for %s)", s.p, limit, familyOf(s.p.Addr())),
+				fmt.Sprintf("use a prefix of /%d or longer", limit))
+		}
+	}
+
+	if n.DNSServiceIP != "" && svcOK {
+		ip, err := netip.ParseAddr(n.DNSServiceIP)
+		switch {
+		case err != nil:
+			m.report(CodeAddressParse, "network.dnsServiceIP", fmt.Sprintf("DNS service IP %q is not an IP address", n.DNSServiceIP),
+				"write an address inside the service CIDR, such as the tenth one")
+		case !svc.Contains(ip):
+			m.report(CodeDNSIPOutside, "network.dnsServiceIP", fmt.Sprintf("DNS service IP %s is outside the service CIDR %s", ip, svc),
+				"choose an address inside the service CIDR, or leave dnsServiceIP out to get its tenth address", "network.serviceCIDR")
+		case ip == svc.Addr().Next():
+			m.report(CodeDNSIPFirst, "network.dnsServiceIP", fmt.Sprintf("DNS service IP %s is the first service address, taken by the kubernetes Service", ip),
+				"choose another address, conventionally the tenth of the service CIDR", "network.serviceCIDR")
+		case ip == svc.Addr():
+			m.report(CodeDNSIPOutside, "network.dnsServiceIP", fmt.Sprintf("DNS service IP %s is the network address of %s, which is never allocated", ip, svc),
+				"choose another address, conventionally the tenth of the service CIDR", "network.serviceCIDR")
+		}
+	}
+	if !isDNSSubdomain(n.Domain) {
+		m.report(CodeDomain, "network.domain", fmt.Sprintf("cluster domain %q is not a DNS name", n.Domain),
+			`use lower-case DNS labels separated by dots, such as "cluster.local"`)
+	}
+}
+
+// checkPodCapacity checks that the pod range has a node range for every
+// node that runs pods, with headroom, and that each node range can hold the
+// node's maxPods.
+func checkPodCapacity(m *model, path string, p netip.Prefix, ok bool, nodes int, maxPods map[string]int) {
+	if !ok {
+		return
+	}
+	maskPath, mask := "network.nodeCIDRMaskSize.ipv4", m.spec.Network.NodeCIDRMaskSize.IPv4
+	if !p.Addr().Is4() {
+		maskPath, mask = "network.nodeCIDRMaskSize.ipv6", m.spec.Network.NodeCIDRMaskSize.IPv6
+	}
+	if mask <= p.Bits() || mask > p.Addr().BitLen() {
+		m.report(CodeNodeMask, maskPath, fmt.Sprintf("node CIDR mask size /%d does not split pod CIDR %s into node ranges", mask, p),
+			fmt.Sprintf("use a mask size between /%d and /%d", p.Bits()+1, p.Addr().BitLen()), path)
+		return
+	}
+	capacity := subnets(p, mask)
+	switch {
+	case int64(nodes) > capacity:
+		m.report(CodePodCIDRFull, path, fmt.Sprintf("pod CIDR %s holds %d node ranges of /%d but %d nodes run pods", p, capacity, mask, nodes),
+			"widen the pod CIDR or lengthen the node mask size (fewer pods per node)", maskPath)
+	case nodes > 0 && float64(capacity-int64(nodes)) < 0.2*float64(capacity):
+		m.report(CodePodCIDRHeadroom, path, fmt.Sprintf("pod CIDR %s holds %d node ranges of /%d and %d nodes run pods: %d%% headroom", p, capacity, mask, nodes, (capacity-int64(nodes))*100/capacity),
+			"leave at least 20 % of node ranges free for growth and replacements: widen the pod CIDR or lengthen the node mask size", maskPath)
+	}
+	if bits := p.Addr().BitLen() - mask; bits < 30 {
+		// Kubernetes reserves no addresses in a node range, but the
+		// network and broadcast addresses of an IPv4 range are not usable
+		// by most CNI plugins' IPAM.
+		usable := int(1<<bits) - 2
+		for _, src := range sortedKeys(maxPods) {
+			if maxPods[src] > usable {
+				m.report(CodeMaxPodsRange, src+".capacity.maxPods", fmt.Sprintf("maxPods %d exceeds the %d usable addresses of a /%d node range", maxPods[src], usable, mask),
+					"lower maxPods or shorten the node mask size", maskPath)
+			}
+		}
+	}
+}
+
+func isVIP(r namedRange) bool     { return r.path == "controlPlane.endpoint.address" }
+func isNodeNet(r namedRange) bool { return len(r.path) > 14 && r.path[:14] == "network.nodes[" }

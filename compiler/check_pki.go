@@ -1,0 +1,68 @@
+package compiler
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/kcompile/kcompile/compiler/diag"
+)
+
+const (
+	CodeRSAWeak        = "KC1001"
+	CodeRSASize        = "KC1002"
+	CodeLeafOutlivesCA = "KC1003"
+	CodeZeroValidity   = "KC1004"
+)
+
+func pkiFamily() family {
+	return family{name: "PKI", check: checkPKI, rules: []Rule{
+		rule(CodeRSAWeak, diag.Error, "RSA keys shorter than 2048 bits"),
+		rule(CodeRSASize, diag.Error, "an RSA key size other than 2048, 3072 or 4096 bits"),
+		rule(CodeLeafOutlivesCA, diag.Error, "leaf certificates are valid longer than their CA"),
+		rule(CodeZeroValidity, diag.Error, "a certificate validity of zero"),
+	}}
+}
+
+// parseValidity reads the schema's duration form: a whole number of hours,
+// days or 365-day years.
+func parseValidity(s string) time.Duration {
+	if len(s) < 2 {
+		return 0
+	}
+	n, err := strconv.ParseInt(s[:len(s)-1], 10, 64)
+	if err != nil || n > 1000*365*24 {
+		return 0
+	}
+	unit := map[byte]time.Duration{'h': time.Hour, 'd': 24 * time.Hour, 'y': 365 * 24 * time.Hour}[s[len(s)-1]]
+	return time.Duration(n) * unit
+}
+
+func checkPKI(m *model) {
+	p := m.spec.PKI
+	if bits, ok := strings.CutPrefix(p.KeyAlgorithm, "RSA-"); ok {
+		n, _ := strconv.Atoi(bits)
+		switch {
+		case n < 2048:
+			m.report(CodeRSAWeak, "pki.keyAlgorithm", fmt.Sprintf("RSA keys of %d bits can be factored; Kubernetes and NIST require at least 2048", n),
+				`use "ECDSA-P256" (the default), "RSA-2048", "RSA-3072" or "RSA-4096"`)
+		case n != 2048 && n != 3072 && n != 4096:
+			m.report(CodeRSASize, "pki.keyAlgorithm", fmt.Sprintf("RSA key size %d is not supported", n),
+				`use "RSA-2048", "RSA-3072" or "RSA-4096"`)
+		}
+	}
+	ca, leaf := parseValidity(p.CAValidity), parseValidity(p.LeafValidity)
+	for _, v := range []struct {
+		path string
+		d    time.Duration
+	}{{"pki.caValidity", ca}, {"pki.leafValidity", leaf}} {
+		if v.d <= 0 {
+			m.report(CodeZeroValidity, v.path, "a certificate validity must be positive and below 1000 years", `write a duration such as "1y", "90d" or "8760h"`)
+		}
+	}
+	if ca > 0 && leaf > ca {
+		m.report(CodeLeafOutlivesCA, "pki.leafValidity", fmt.Sprintf("leaf validity %s is longer than CA validity %s: leaves would outlive the CA that signs them", p.LeafValidity, p.CAValidity),
+			"shorten leafValidity or lengthen caValidity", "pki.caValidity")
+	}
+}

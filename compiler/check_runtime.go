@@ -1,0 +1,33 @@
+package compiler
+
+import (
+	"fmt"
+
+	"github.com/kcompile/kcompile/compiler/diag"
+)
+
+const (
+	CodeDockerEngine = "KC0701"
+	CodeCgroupDriver = "KC0702"
+)
+
+func runtimeFamily() family {
+	return family{name: "runtime", check: checkRuntime, rules: []Rule{
+		rule(CodeDockerEngine, diag.Error, "Docker Engine is not a CRI runtime from Kubernetes 1.24 on"),
+		rule(CodeCgroupDriver, diag.Error, "the kubelet's and the runtime's cgroup drivers differ"),
+	}}
+}
+
+func checkRuntime(m *model) {
+	r := m.spec.Runtime
+	if r.Engine == "docker" {
+		if v := parseVersion(m.spec.Kubernetes.Components.Kubelet); v.major == 1 && v.minor >= 24 {
+			m.report(CodeDockerEngine, "runtime.engine", fmt.Sprintf("Docker Engine cannot be the runtime of Kubernetes %s: dockershim was removed from the kubelet in 1.24, and the kubelet only speaks CRI", m.spec.Kubernetes.Version),
+				`use engine "containerd" (Docker Engine itself runs on containerd) or "cri-o"`)
+		}
+	}
+	if m.spec.Kubelet.CgroupDriver != r.CgroupDriver {
+		m.report(CodeCgroupDriver, "kubelet.cgroupDriver", fmt.Sprintf("kubelet uses the %s cgroup driver but %s uses %s", m.spec.Kubelet.CgroupDriver, r.Engine, r.CgroupDriver),
+			"two cgroup managers on one node make it unstable under pressure: use the same driver (systemd on systemd hosts)", "runtime.cgroupDriver")
+	}
+}

@@ -1,0 +1,275 @@
+// Package ir is the typed, ordered model of a cluster that the compiler hands
+// to targets. It is plain data: no CUE, no I/O, no defaults left to compute.
+// Every derived value (first service IPs, DNS IP, endpoint URL, etcd initial
+// cluster, node roles and components) is computed once by the compiler, and
+// every effective value keeps its provenance in Cluster.Settings.
+package ir
+
+import (
+	"net/netip"
+	"time"
+)
+
+// Cluster is a whole compiled cluster.
+type Cluster struct {
+	APIVersion string
+	Name       string
+	Kubernetes Kubernetes
+	Endpoint   Endpoint
+	// Nodes are ordered by role (control plane, etcd, worker), then name.
+	Nodes    []Node
+	Etcd     Etcd
+	Network  Network
+	Storage  Storage
+	Runtime  Runtime
+	Kubelet  Kubelet
+	PKI      PKI
+	Security Security
+	Addons   Addons
+	// Settings are every effective value with its origin, sorted by path.
+	Settings []Setting
+}
+
+// Kubernetes holds the version of each component.
+type Kubernetes struct {
+	Version           string
+	APIServer         string
+	ControllerManager string
+	Scheduler         string
+	Kubelet           string
+	KubeProxy         string
+	// SchedulableControlPlane lets ordinary pods run on control-plane nodes.
+	SchedulableControlPlane bool
+	APIServerPort           int
+	ExtraSANs               []string
+}
+
+// Endpoint is how every client reaches the API servers.
+type Endpoint struct {
+	// Host is the DNS name or the address literal clients dial.
+	Host string
+	// Address is set when the endpoint is an IP address (a VIP or, for a
+	// single control-plane node, that node's address).
+	Address netip.Addr
+	Port    int
+	// URL is "https://host:port" with IPv6 literals bracketed.
+	URL string
+}
+
+// Role is what a node is for.
+type Role string
+
+const (
+	RoleControlPlane Role = "control-plane"
+	RoleEtcd         Role = "etcd"
+	RoleWorker       Role = "worker"
+)
+
+// Rank orders roles for sorting nodes.
+func (r Role) Rank() int {
+	switch r {
+	case RoleControlPlane:
+		return 0
+	case RoleEtcd:
+		return 1
+	}
+	return 2
+}
+
+// Component is a process kcompile runs on a node.
+type Component string
+
+const (
+	ComponentEtcd              Component = "etcd"
+	ComponentAPIServer         Component = "kube-apiserver"
+	ComponentControllerManager Component = "kube-controller-manager"
+	ComponentScheduler         Component = "kube-scheduler"
+	ComponentKubelet           Component = "kubelet"
+	ComponentKubeProxy         Component = "kube-proxy"
+	ComponentRuntime           Component = "container-runtime"
+)
+
+// Node is one machine of the cluster.
+type Node struct {
+	Name string
+	// Role is the node's primary role; Components says what runs on it (a
+	// stacked control-plane node also runs etcd).
+	Role       Role
+	Components []Component
+	// Addresses are the node's addresses, primary first.
+	Addresses []netip.Addr
+	MAC       string
+	Zone      string
+	Rack      string
+	// Pool is the worker pool the node was expanded from, if any.
+	Pool           string
+	Labels         []Label
+	Taints         []Taint
+	Capacity       Capacity
+	KubeletVersion string
+}
+
+// Address is the node's primary address.
+func (n Node) Address() netip.Addr { return n.Addresses[0] }
+
+// Runs reports whether the node runs component c.
+func (n Node) Runs(c Component) bool {
+	for _, x := range n.Components {
+		if x == c {
+			return true
+		}
+	}
+	return false
+}
+
+// RunsPods reports whether the node has a kubelet and so a pod CIDR.
+func (n Node) RunsPods() bool { return n.Runs(ComponentKubelet) }
+
+// Label is a node label.
+type Label struct{ Key, Value string }
+
+// Taint is a node taint.
+type Taint struct{ Key, Value, Effect string }
+
+// Capacity is what a node offers to pods.
+type Capacity struct {
+	CPU     int
+	Memory  string
+	MaxPods int
+}
+
+// Etcd is the datastore topology.
+type Etcd struct {
+	// Topology is "stacked" or "external".
+	Topology          string
+	Version           string
+	Members           []EtcdMember
+	QuotaBackendBytes int64
+	SnapshotCount     int
+	// InitialCluster is etcd's --initial-cluster value:
+	// "name=https://addr:2380,...".
+	InitialCluster string
+	// ClientURLs are the members' client URLs, as the API server's
+	// --etcd-servers lists them.
+	ClientURLs []string
+}
+
+// EtcdMember is one etcd member.
+type EtcdMember struct {
+	Name string
+	// Node is the node the member runs on (its own node when external).
+	Node      string
+	Address   netip.Addr
+	PeerURL   string
+	ClientURL string
+	Zone      string
+	Rack      string
+}
+
+// Network is every address range and the pod network.
+type Network struct {
+	// NodeNetworks are the networks node addresses come from.
+	NodeNetworks []netip.Prefix
+	// PodCIDRs and ServiceCIDRs hold one prefix per family, primary first.
+	PodCIDRs     []netip.Prefix
+	ServiceCIDRs []netip.Prefix
+	// FirstServiceIPs are the kubernetes Service address of each family.
+	FirstServiceIPs []netip.Addr
+	DNSServiceIP    netip.Addr
+	NodeMaskIPv4    int
+	NodeMaskIPv6    int
+	Domain          string
+	// MTU is the nodes' interface MTU; PodMTU the pod interfaces'.
+	MTU           int
+	PodMTU        int
+	NetworkPolicy bool
+	CNI           CNI
+	KubeProxyMode string
+}
+
+// DualStack reports whether pods and services get an address of each family.
+func (n Network) DualStack() bool { return len(n.PodCIDRs) == 2 }
+
+// CNI is the pod network plugin.
+type CNI struct {
+	Plugin               string
+	Version              string
+	Mode                 string
+	WireGuard            bool
+	KubeProxyReplacement bool
+}
+
+// Storage is the CSI drivers and StorageClasses.
+type Storage struct {
+	Drivers []CSIDriver
+	Classes []StorageClass
+}
+
+// CSIDriver is one CSI driver.
+type CSIDriver struct {
+	Name           string
+	TopologyAware  bool
+	AttachRequired bool
+	PodInfoOnMount bool
+}
+
+// StorageClass is one StorageClass.
+type StorageClass struct {
+	Name                 string
+	Driver               string
+	Default              bool
+	ReclaimPolicy        string
+	VolumeBindingMode    string
+	AllowVolumeExpansion bool
+	Parameters           []Label
+}
+
+// Runtime is the container runtime.
+type Runtime struct {
+	Engine       string
+	Version      string
+	CgroupDriver string
+	// Socket is the CRI endpoint the kubelet dials.
+	Socket string
+}
+
+// Kubelet holds settings shared by every kubelet.
+type Kubelet struct {
+	CgroupDriver string
+}
+
+// PKI sets how certificates are issued.
+type PKI struct {
+	// KeyAlgorithm is "ECDSA-P256", "ECDSA-P384" or "RSA-<bits>".
+	KeyAlgorithm string
+	CAValidity   time.Duration
+	LeafValidity time.Duration
+}
+
+// Security configures the API server's protections.
+type Security struct {
+	EncryptionAtRest   bool
+	EncryptionProvider string
+	Audit              Audit
+	AdmissionPlugins   []string
+	PodSecurity        string
+}
+
+// Audit configures the audit log.
+type Audit struct {
+	Enabled    bool
+	MaxAgeDays int
+	MaxBackups int
+	MaxSizeMB  int
+}
+
+// Addons are the cluster services kcompile deploys.
+type Addons struct {
+	CoreDNS CoreDNS
+}
+
+// CoreDNS is the cluster DNS addon.
+type CoreDNS struct {
+	Version  string
+	Replicas int
+}

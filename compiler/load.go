@@ -1,0 +1,445 @@
+package compiler
+
+import (
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"cuelang.org/go/cue"
+	"cuelang.org/go/cue/ast"
+	"cuelang.org/go/cue/build"
+	cueerrors "cuelang.org/go/cue/errors"
+	"cuelang.org/go/cue/load"
+	"cuelang.org/go/cue/token"
+
+	"github.com/kcompile/kcompile/compiler/diag"
+	"github.com/kcompile/kcompile/compiler/ir"
+	"github.com/kcompile/kcompile/schema"
+)
+
+// Source is where a spec is read from: a directory holding one CUE package,
+// optionally with files replaced or added in memory (tests and fuzzing use
+// the overlay; keys are paths inside Dir).
+type Source struct {
+	Dir     string
+	Overlay map[string][]byte
+}
+
+// loaded is a spec after loading: the user's own value, the same value
+// unified with #Cluster, and where in the user's files each path was written.
+type loaded struct {
+	user    cue.Value
+	value   cue.Value
+	version schema.Version
+	def     cue.Value
+	// written maps a path to the positions the user wrote it at.
+	written map[string][]token.Pos
+	// firstFile is the first spec file, for diagnostics about the spec as a
+	// whole.
+	firstFile string
+}
+
+// load reads the spec package, checks its apiVersion and unifies it with the
+// schema. Every problem comes back as a diagnostic; on errors the returned
+// value must not be used.
+func loadSpec(ctx *cue.Context, src Source) (*loaded, diag.List) {
+	var diags diag.List
+	dir, err := filepath.Abs(src.Dir)
+	if err != nil {
+		return nil, diag.List{{Code: CodeLoad, Severity: diag.Error, Message: err.Error()}}
+	}
+	cfg := &load.Config{Dir: dir}
+	if len(src.Overlay) > 0 {
+		cfg.Overlay = map[string]load.Source{}
+		for name, b := range src.Overlay {
+			cfg.Overlay[filepath.Join(dir, name)] = load.FromBytes(b)
+		}
+	}
+	insts := load.Instances([]string{"."}, cfg)
+	if len(insts) != 1 {
+		return nil, diag.List{{Code: CodeLoad, Severity: diag.Error, Message: fmt.Sprintf("%s: expected one CUE package, found %d", src.Dir, len(insts)),
+			Hint: "put the spec's .cue files in one directory, all with the same package clause"}}
+	}
+	inst := insts[0]
+	if inst.Err != nil {
+		return nil, fromCUE(inst.Err, CodeLoad, nil, "fix the syntax or package error at the position shown; every file of a spec directory must have the same package clause")
+	}
+	user := ctx.BuildInstance(inst)
+	l := &loaded{user: user, written: map[string][]token.Pos{}}
+	if len(inst.BuildFiles) > 0 {
+		l.firstFile = inst.BuildFiles[0].Filename
+	}
+	if err := user.Err(); err != nil {
+		return nil, fromCUE(err, CodeSchema, l, "")
+	}
+	recordWritten(user, l.written)
+
+	av := user.LookupPath(cue.MakePath(cue.Str("apiVersion")))
+	if !av.Exists() {
+		diags.Add(diag.Diagnostic{Code: CodeAPIVersion, Severity: diag.Error, Path: "apiVersion",
+			Message:   "the spec does not say which schema version it is written against",
+			Positions: []diag.Pos{{File: l.firstFile}},
+			Hint:      fmt.Sprintf("add `apiVersion: %q` at the top level", schema.Versions()[len(schema.Versions())-1].APIVersion)})
+		return nil, diags
+	}
+	name, err := av.String()
+	version, ok := schema.Lookup(name)
+	if err != nil || !ok {
+		var known []string
+		for _, v := range schema.Versions() {
+			known = append(known, fmt.Sprintf("%q", v.APIVersion))
+		}
+		diags.Add(diag.Diagnostic{Code: CodeAPIVersion, Severity: diag.Error, Path: "apiVersion",
+			Message:   fmt.Sprintf("unknown apiVersion %s", formatValue(av)),
+			Positions: convertPositions([]token.Pos{av.Pos()}),
+			Hint:      "this kcompile understands apiVersion " + strings.Join(known, ", ")})
+		return nil, diags
+	}
+	l.version = version
+
+	def, err := buildSchema(ctx, version)
+	if err != nil {
+		// The schema is embedded and tested; failing here is a kcompile bug.
+		return nil, diag.List{{Code: CodeInternal, Severity: diag.Error, Message: "internal error: embedded schema does not build: " + err.Error()}}
+	}
+	l.def = def
+	l.value = user.Unify(def)
+	if err := l.value.Validate(cue.Concrete(true)); err != nil {
+		return nil, fromCUE(err, CodeSchema, l, "")
+	}
+	return l, nil
+}
+
+// buildSchema compiles the embedded schema package of a version and returns
+// its #Cluster definition. File names are repository-relative so positions
+// in diagnostics point at schema/v1alpha1/*.cue.
+func buildSchema(ctx *cue.Context, v schema.Version) (cue.Value, error) {
+	files, err := schema.Files(v)
+	if err != nil {
+		return cue.Value{}, err
+	}
+	inst := build.NewContext().NewInstance("kcompile.dev/schema/"+v.Dir, nil)
+	for _, name := range schema.Names(files) {
+		if err := inst.AddFile(name, files[name]); err != nil {
+			return cue.Value{}, err
+		}
+	}
+	val := ctx.BuildInstance(inst)
+	if err := val.Err(); err != nil {
+		return cue.Value{}, err
+	}
+	def := val.LookupPath(cue.ParsePath("#Cluster"))
+	return def, def.Err()
+}
+
+// recordWritten walks the user's value and records where each path was
+// written, so defaults can be told from spec values and errors that carry
+// only schema positions can point at the user's file.
+func recordWritten(v cue.Value, out map[string][]token.Pos) {
+	var walk func(v cue.Value)
+	walk = func(v cue.Value) {
+		p := v.Path().String()
+		out[p] = append(out[p], valuePositions(v)...)
+		if v.IncompleteKind() == cue.StructKind {
+			it, err := v.Fields()
+			if err != nil {
+				return
+			}
+			for it.Next() {
+				walk(it.Value())
+			}
+		}
+	}
+	walk(v)
+}
+
+// valuePositions returns where each conjunct of v was written, at the value
+// rather than its label, so a value written in two files names both.
+func valuePositions(v cue.Value) []token.Pos {
+	at := func(x cue.Value) token.Pos {
+		if f, ok := x.Source().(*ast.Field); ok && f.Value != nil && f.Value.Pos().IsValid() {
+			return f.Value.Pos()
+		}
+		return x.Pos()
+	}
+	var ps []token.Pos
+	if op, args := v.Expr(); op == cue.AndOp {
+		for _, a := range args {
+			if p := at(a); p.IsValid() {
+				ps = append(ps, p)
+			}
+		}
+	}
+	if len(ps) == 0 {
+		if p := at(v); p.IsValid() {
+			ps = append(ps, p)
+		}
+	}
+	return ps
+}
+
+// userPositions returns where the user wrote path, or, when the user did
+// not write it (a missing required field), where they wrote its nearest
+// ancestor.
+func (l *loaded) userPositions(path string) []token.Pos {
+	for {
+		if ps, ok := l.written[path]; ok && len(ps) > 0 {
+			return ps
+		}
+		i := lastDot(path)
+		if i < 0 {
+			if ps := l.written[""]; len(ps) > 0 {
+				return ps[:1]
+			}
+			return nil
+		}
+		path = path[:i]
+	}
+}
+
+// lastDot finds the last path separator outside quotes.
+func lastDot(path string) int {
+	inQuote := false
+	last := -1
+	for i := 0; i < len(path); i++ {
+		switch path[i] {
+		case '"':
+			inQuote = !inQuote
+		case '\\':
+			i++
+		case '.':
+			if !inQuote {
+				last = i
+			}
+		}
+	}
+	return last
+}
+
+// fromCUE converts a CUE error into diagnostics. Errors at one path are
+// merged: a defaulted disjunction reports one mistake several times.
+func fromCUE(err error, code string, l *loaded, hint string) diag.List {
+	var out diag.List
+	byPath := map[string]int{}
+	for _, e := range cueerrors.Errors(err) {
+		path := ""
+		if len(e.Path()) > 0 {
+			path = cue.MakePath(selectors(e.Path())...).String()
+		}
+		format, args := e.Msg()
+		msg := fmt.Sprintf(format, args...)
+		positions := cueerrors.Positions(e)
+		d := diag.Diagnostic{Code: code, Severity: diag.Error, Path: path, Hint: hint}
+		if l != nil {
+			// The user's own position comes first, at the value they wrote:
+			// a schema position alone does not tell them which file to edit.
+			positions = append(slices.Clone(l.userPositions(path)), positions...)
+			if strings.Contains(msg, "conflicting values") || strings.Contains(msg, "empty disjunction") {
+				if m := l.allowedMessage(path); m != "" {
+					msg = m
+				}
+			}
+		}
+		d.Message = msg
+		if strings.Contains(msg, "incomplete value") || strings.Contains(msg, "non-concrete value") {
+			d.Code = CodeMissing
+			d.Message = fmt.Sprintf("required value %s is not set (%s)", path, kindOf(msg))
+			d.Hint = fmt.Sprintf("set %s in the spec; `kcompile explain` shows what each field means", path)
+		}
+		if d.Hint == "" {
+			d.Hint = hintFor(msg, path, l)
+		}
+		d.Positions = sortPositions(convertPositions(positions))
+		if i, ok := byPath[path]; ok && path != "" {
+			out[i].Positions = append(out[i].Positions, d.Positions...)
+			if strings.HasSuffix(out[i].Message, "errors in empty disjunction:") {
+				out[i].Message, out[i].Hint = d.Message, d.Hint
+			}
+			continue
+		}
+		byPath[path] = len(out)
+		out = append(out, d)
+	}
+	return out
+}
+
+func kindOf(msg string) string {
+	msg = strings.TrimPrefix(msg, "incomplete value ")
+	msg = strings.TrimPrefix(msg, "non-concrete value ")
+	return "expected " + msg
+}
+
+// allowedMessage explains a value that matches none of the alternatives
+// the schema allows at path, listing the alternatives when they are
+// concrete, instead of CUE's message about one pair of them.
+func (l *loaded) allowedMessage(path string) string {
+	if path == "" || l.def.Err() != nil {
+		return ""
+	}
+	got := l.user.LookupPath(cue.ParsePath(path))
+	if !got.Exists() || !got.IsConcrete() {
+		return ""
+	}
+	want := l.def.LookupPath(cue.ParsePath(path))
+	if !want.Exists() {
+		return ""
+	}
+	var alts []string
+	var walk func(v cue.Value) bool
+	walk = func(v cue.Value) bool {
+		op, args := v.Expr()
+		switch {
+		case op == cue.OrOp:
+			for _, a := range args {
+				if !walk(a) {
+					return false
+				}
+			}
+			return true
+		case v.IsConcrete() && v.Kind() != cue.StructKind && v.Kind() != cue.ListKind:
+			s := formatValue(v)
+			if !slices.Contains(alts, s) {
+				alts = append(alts, s)
+			}
+			return true
+		}
+		return false
+	}
+	if !walk(want) || len(alts) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%s is not allowed here; allowed: %s", formatValue(got), strings.Join(alts, ", "))
+}
+
+// sortPositions puts user positions before schema positions, keeping order
+// otherwise: the first is where the diagnostic is reported.
+func sortPositions(ps []diag.Pos) []diag.Pos {
+	slices.SortStableFunc(ps, func(a, b diag.Pos) int {
+		as, bs := strings.HasPrefix(a.File, "schema/"), strings.HasPrefix(b.File, "schema/")
+		switch {
+		case as == bs:
+			return 0
+		case bs:
+			return -1
+		}
+		return 1
+	})
+	return ps
+}
+
+func convertPositions(ps []token.Pos) []diag.Pos {
+	out := make([]diag.Pos, 0, len(ps))
+	for _, p := range ps {
+		if !p.IsValid() {
+			continue
+		}
+		out = append(out, diag.Pos{File: p.Filename(), Line: p.Line(), Column: p.Column()})
+	}
+	return out
+}
+
+func selectors(path []string) []cue.Selector {
+	sels := make([]cue.Selector, 0, len(path))
+	for _, s := range path {
+		switch {
+		case strings.HasPrefix(s, "#"):
+			sels = append(sels, cue.Def(s))
+		case strings.HasPrefix(s, "_"):
+			sels = append(sels, cue.Str(s))
+		default:
+			if s != "" && s[0] >= '0' && s[0] <= '9' {
+				var n int
+				if _, err := fmt.Sscanf(s, "%d", &n); err == nil && fmt.Sprint(n) == s {
+					sels = append(sels, cue.Index(n))
+					continue
+				}
+			}
+			sels = append(sels, cue.Str(s))
+		}
+	}
+	return sels
+}
+
+// hintFor suggests a fix for the common CUE error messages.
+func hintFor(msg, path string, l *loaded) string {
+	switch {
+	case strings.Contains(msg, "field not allowed"):
+		field := path[lastDot(path)+1:]
+		if s := l.suggest(path); s != "" {
+			return fmt.Sprintf("%s is not a field here; did you mean %s?", field, s)
+		}
+		return fmt.Sprintf("%s is not a field here; remove it or check its spelling (`kcompile explain` lists the fields)", field)
+	case strings.Contains(msg, "conflicting values"), strings.Contains(msg, "empty disjunction"):
+		return "the value does not match the schema: change it to one of the allowed values shown"
+	case strings.Contains(msg, "invalid value"), strings.Contains(msg, "out of bound"):
+		return "the value is outside what the schema allows: see the constraint at the schema position"
+	case strings.Contains(msg, "reference") && strings.Contains(msg, "not found"):
+		return "the spec refers to a name that is not defined; check its spelling"
+	}
+	return "fix the value at the position shown"
+}
+
+// suggest finds a declared field close in spelling to the unknown one at
+// path.
+func (l *loaded) suggest(path string) string {
+	if l == nil || !l.value.Exists() {
+		return ""
+	}
+	i := lastDot(path)
+	field := path[i+1:]
+	parent := l.value
+	if i >= 0 {
+		parent = l.value.LookupPath(cue.ParsePath(path[:i]))
+	}
+	it, err := parent.Fields(cue.Optional(true))
+	if err != nil {
+		return ""
+	}
+	best, bestDist := "", 3
+	for it.Next() {
+		name := it.Selector().Unquoted()
+		if name == field {
+			continue
+		}
+		if d := editDistance(strings.ToLower(name), strings.ToLower(field)); d < bestDist {
+			best, bestDist = name, d
+		}
+	}
+	return best
+}
+
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
+
+func formatValue(v cue.Value) string {
+	b, err := v.MarshalJSON()
+	if err != nil {
+		return fmt.Sprint(v)
+	}
+	return string(b)
+}
+
+func toIRPos(p token.Pos) ir.Pos {
+	if !p.IsValid() {
+		return ir.Pos{}
+	}
+	return ir.Pos{File: p.Filename(), Line: p.Line(), Column: p.Column()}
+}

@@ -1,0 +1,287 @@
+package compiler
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"sort"
+	"strconv"
+	"strings"
+
+	"cuelang.org/go/cue"
+
+	"github.com/kcompile/kcompile/compiler/ir"
+)
+
+// lower builds the IR from a checked model. It may assume every check
+// passed: addresses parse, CIDRs are canonical, references resolve.
+func lower(m *model) *ir.Cluster {
+	s := &m.spec
+	c := &ir.Cluster{APIVersion: s.APIVersion, Name: s.Name}
+	c.Kubernetes = ir.Kubernetes{
+		Version:                 s.Kubernetes.Version,
+		APIServer:               s.Kubernetes.Components.APIServer,
+		ControllerManager:       s.Kubernetes.Components.ControllerManager,
+		Scheduler:               s.Kubernetes.Components.Scheduler,
+		Kubelet:                 s.Kubernetes.Components.Kubelet,
+		KubeProxy:               s.Kubernetes.Components.KubeProxy,
+		SchedulableControlPlane: s.ControlPlane.Schedulable,
+		APIServerPort:           s.ControlPlane.APIServer.Port,
+		ExtraSANs:               s.ControlPlane.APIServer.ExtraSANs,
+	}
+	settings := m.specSettings()
+	derive := func(path, value, from string) {
+		settings = append(settings, ir.Setting{Path: path, Value: value,
+			Origin: ir.Origin{Kind: ir.FromDerived, From: from, Pos: firstPos(m.at(firstPath(from)))}})
+	}
+
+	c.Network = lowerNetwork(m)
+	n := &c.Network
+	for i, ip := range n.FirstServiceIPs {
+		from := []string{"network.serviceCIDR", "network.secondaryServiceCIDR"}[i]
+		derive(fmt.Sprintf("network.firstServiceIPs[%d]", i), ip.String(), from+" (its first address: the kubernetes Service)")
+	}
+	if s.Network.DNSServiceIP == "" {
+		derive("network.dnsServiceIP", n.DNSServiceIP.String(), "network.serviceCIDR (its tenth address)")
+	}
+	if s.Network.CNI.MTU == 0 {
+		derive("network.cni.mtu", strconv.Itoa(n.PodMTU), "network.mtu minus the overhead of network.cni.mode")
+	}
+
+	c.Endpoint = lowerEndpoint(m)
+	derive("controlPlane.endpoint.url", c.Endpoint.URL, endpointSource(m))
+
+	members := m.etcdMembers()
+	onNode := map[string]bool{}
+	for _, e := range members {
+		onNode[e.name] = true
+	}
+	for _, mn := range m.nodes {
+		node := lowerNode(m, mn, onNode[mn.name] && mn.role == ir.RoleControlPlane)
+		c.Nodes = append(c.Nodes, node)
+		base := "nodes." + quoteLabel(node.Name)
+		src := mn.path
+		derive(base+".role", string(node.Role), src)
+		derive(base+".address", node.Address().String(), mn.fieldPath("address"))
+		derive(base+".components", joinComponents(node.Components), src)
+		if node.Zone != "" {
+			derive(base+".zone", node.Zone, mn.fieldPath("zone"))
+		}
+	}
+	c.Etcd = lowerEtcd(m, c.Nodes, members)
+	derive("etcd.initialCluster", c.Etcd.InitialCluster, "etcd.members and their node addresses")
+
+	for _, name := range sortedKeys(s.Storage.Drivers) {
+		d := s.Storage.Drivers[name]
+		c.Storage.Drivers = append(c.Storage.Drivers, ir.CSIDriver{Name: name, TopologyAware: d.TopologyAware, AttachRequired: d.AttachRequired, PodInfoOnMount: d.PodInfoOnMount})
+	}
+	for _, name := range sortedKeys(s.Storage.Classes) {
+		sc := s.Storage.Classes[name]
+		c.Storage.Classes = append(c.Storage.Classes, ir.StorageClass{Name: name, Driver: sc.Driver, Default: sc.Default,
+			ReclaimPolicy: sc.ReclaimPolicy, VolumeBindingMode: sc.VolumeBindingMode, AllowVolumeExpansion: sc.AllowVolumeExpansion,
+			Parameters: labels(sc.Parameters)})
+	}
+	socket := "unix:///run/containerd/containerd.sock"
+	if s.Runtime.Engine == "cri-o" {
+		socket = "unix:///var/run/crio/crio.sock"
+	}
+	c.Runtime = ir.Runtime{Engine: s.Runtime.Engine, Version: s.Runtime.Version, CgroupDriver: s.Runtime.CgroupDriver, Socket: socket}
+	derive("runtime.socket", socket, "runtime.engine")
+	c.Kubelet = ir.Kubelet{CgroupDriver: s.Kubelet.CgroupDriver}
+	c.PKI = ir.PKI{KeyAlgorithm: s.PKI.KeyAlgorithm, CAValidity: parseValidity(s.PKI.CAValidity), LeafValidity: parseValidity(s.PKI.LeafValidity)}
+	c.Security = ir.Security{
+		EncryptionAtRest:   s.Security.EncryptionAtRest.Enabled,
+		EncryptionProvider: s.Security.EncryptionAtRest.Provider,
+		Audit: ir.Audit{Enabled: s.Security.Audit.Enabled, MaxAgeDays: s.Security.Audit.MaxAgeDays,
+			MaxBackups: s.Security.Audit.MaxBackups, MaxSizeMB: s.Security.Audit.MaxSizeMB},
+		AdmissionPlugins: s.Security.Admission.Plugins,
+		PodSecurity:      s.Security.Admission.PodSecurity,
+	}
+	c.Addons = ir.Addons{CoreDNS: ir.CoreDNS{Version: s.Addons.CoreDNS.Version, Replicas: s.Addons.CoreDNS.Replicas}}
+
+	sort.SliceStable(settings, func(i, j int) bool { return settings[i].Path < settings[j].Path })
+	c.Settings = settings
+	return c
+}
+
+func lowerNetwork(m *model) ir.Network {
+	s := m.spec.Network
+	n := ir.Network{
+		NodeMaskIPv4: s.NodeCIDRMaskSize.IPv4, NodeMaskIPv6: s.NodeCIDRMaskSize.IPv6,
+		Domain: s.Domain, MTU: s.MTU, NetworkPolicy: s.NetworkPolicy, KubeProxyMode: s.KubeProxy.Mode,
+		CNI: ir.CNI{Plugin: s.CNI.Plugin, Version: s.CNI.Version, Mode: s.CNI.Mode, WireGuard: s.CNI.WireGuard,
+			KubeProxyReplacement: s.CNI.KubeProxyReplacement},
+	}
+	for _, x := range s.Nodes {
+		n.NodeNetworks = append(n.NodeNetworks, netip.MustParsePrefix(x))
+	}
+	n.PodCIDRs = append(n.PodCIDRs, netip.MustParsePrefix(s.PodCIDR))
+	n.ServiceCIDRs = append(n.ServiceCIDRs, netip.MustParsePrefix(s.ServiceCIDR))
+	if s.SecondaryPodCIDR != "" {
+		n.PodCIDRs = append(n.PodCIDRs, netip.MustParsePrefix(s.SecondaryPodCIDR))
+		n.ServiceCIDRs = append(n.ServiceCIDRs, netip.MustParsePrefix(s.SecondaryServiceCIDR))
+	}
+	for _, p := range n.ServiceCIDRs {
+		n.FirstServiceIPs = append(n.FirstServiceIPs, p.Addr().Next())
+	}
+	if s.DNSServiceIP != "" {
+		n.DNSServiceIP = netip.MustParseAddr(s.DNSServiceIP)
+	} else if a, ok := nthAddr(n.ServiceCIDRs[0], 10); ok {
+		n.DNSServiceIP = a
+	} else {
+		// A service CIDR of fewer than 11 addresses: take its last
+		// usable one rather than fail, the checks accept the range.
+		n.DNSServiceIP = lastAddr(n.ServiceCIDRs[0]).Prev()
+	}
+	overhead, _ := encapOverhead(s.CNI.Mode, s.CNI.WireGuard)
+	n.PodMTU = s.MTU - overhead
+	if s.CNI.MTU != 0 {
+		n.PodMTU = s.CNI.MTU
+	}
+	return n
+}
+
+func lowerEndpoint(m *model) ir.Endpoint {
+	cp := m.spec.ControlPlane
+	var e ir.Endpoint
+	switch {
+	case cp.Endpoint != nil && cp.Endpoint.Host != "":
+		e.Host, e.Port = cp.Endpoint.Host, cp.Endpoint.Port
+	case cp.Endpoint != nil:
+		e.Address, e.Port = netip.MustParseAddr(cp.Endpoint.Address), cp.Endpoint.Port
+		e.Host = e.Address.String()
+	default:
+		node := cp.Nodes[sortedKeys(cp.Nodes)[0]]
+		e.Address, e.Port = netip.MustParseAddr(node.Address), cp.APIServer.Port
+		e.Host = e.Address.String()
+	}
+	e.URL = "https://" + net.JoinHostPort(e.Host, strconv.Itoa(e.Port))
+	return e
+}
+
+func endpointSource(m *model) string {
+	if m.spec.ControlPlane.Endpoint == nil {
+		return "controlPlane.nodes (the only control-plane node's address) and controlPlane.apiServer.port"
+	}
+	return "controlPlane.endpoint"
+}
+
+func lowerNode(m *model, mn *mnode, stacked bool) ir.Node {
+	s := m.spec
+	n := ir.Node{Name: mn.name, Role: mn.role, Addresses: mn.addrs, MAC: strings.ToLower(mn.spec.MAC),
+		Zone: mn.spec.Zone, Rack: mn.spec.Rack, Pool: mn.pool,
+		Capacity:       ir.Capacity{CPU: mn.spec.Capacity.CPU, Memory: mn.spec.Capacity.Memory, MaxPods: mn.spec.Capacity.MaxPods},
+		KubeletVersion: s.Kubernetes.Components.Kubelet,
+	}
+	if mn.spec.KubeletVersion != "" {
+		n.KubeletVersion = mn.spec.KubeletVersion
+	}
+	if mn.role == ir.RoleEtcd {
+		n.Components = []ir.Component{ir.ComponentEtcd}
+		n.KubeletVersion = ""
+		n.Capacity = ir.Capacity{}
+		return n
+	}
+	if stacked {
+		n.Components = append(n.Components, ir.ComponentEtcd)
+	}
+	if mn.role == ir.RoleControlPlane {
+		n.Components = append(n.Components, ir.ComponentAPIServer, ir.ComponentControllerManager, ir.ComponentScheduler)
+	}
+	n.Components = append(n.Components, ir.ComponentRuntime, ir.ComponentKubelet)
+	if s.Network.KubeProxy.Mode != "none" {
+		n.Components = append(n.Components, ir.ComponentKubeProxy)
+	}
+	lbl := map[string]string{}
+	for k, v := range mn.spec.Labels {
+		lbl[k] = v
+	}
+	if mn.role == ir.RoleControlPlane {
+		lbl["node-role.kubernetes.io/control-plane"] = ""
+		if !s.ControlPlane.Schedulable {
+			n.Taints = append(n.Taints, ir.Taint{Key: "node-role.kubernetes.io/control-plane", Effect: "NoSchedule"})
+		}
+	}
+	if n.Zone != "" {
+		lbl["topology.kubernetes.io/zone"] = n.Zone
+	}
+	n.Labels = labels(lbl)
+	for _, t := range mn.spec.Taints {
+		n.Taints = append(n.Taints, ir.Taint{Key: t.Key, Value: t.Value, Effect: t.Effect})
+	}
+	return n
+}
+
+func lowerEtcd(m *model, nodes []ir.Node, members []etcdMember) ir.Etcd {
+	s := m.spec.Etcd
+	e := ir.Etcd{Topology: s.Topology, Version: s.Version, QuotaBackendBytes: s.QuotaBackendBytes, SnapshotCount: s.SnapshotCount}
+	byName := map[string]ir.Node{}
+	for _, n := range nodes {
+		byName[n.Name] = n
+	}
+	var initial []string
+	for _, mem := range members {
+		n := byName[mem.name]
+		addr := n.Address()
+		em := ir.EtcdMember{Name: mem.name, Node: n.Name, Address: addr, Zone: mem.zone, Rack: mem.rack,
+			PeerURL:   "https://" + net.JoinHostPort(addr.String(), "2380"),
+			ClientURL: "https://" + net.JoinHostPort(addr.String(), "2379")}
+		e.Members = append(e.Members, em)
+		initial = append(initial, em.Name+"="+em.PeerURL)
+		e.ClientURLs = append(e.ClientURLs, em.ClientURL)
+	}
+	e.InitialCluster = strings.Join(initial, ",")
+	return e
+}
+
+// specSettings lists every effective leaf of the spec with its origin: the
+// user's position when they wrote it, the schema's when it is a default.
+func (m *model) specSettings() []ir.Setting {
+	var out []ir.Setting
+	var walk func(v cue.Value)
+	walk = func(v cue.Value) {
+		if v.IncompleteKind() == cue.StructKind {
+			it, err := v.Fields()
+			if err != nil {
+				return
+			}
+			for it.Next() {
+				walk(it.Value())
+			}
+			return
+		}
+		path := v.Path().String()
+		o := ir.Origin{Kind: ir.FromDefault, Pos: toIRPos(v.Pos())}
+		if ps, ok := m.l.written[path]; ok && len(ps) > 0 {
+			o = ir.Origin{Kind: ir.FromSpec, Pos: toIRPos(ps[0])}
+		}
+		out = append(out, ir.Setting{Path: path, Value: formatValue(v), Origin: o})
+	}
+	walk(m.l.value)
+	return out
+}
+
+func labels(m map[string]string) []ir.Label {
+	out := make([]ir.Label, 0, len(m))
+	for _, k := range sortedKeys(m) {
+		out = append(out, ir.Label{Key: k, Value: m[k]})
+	}
+	return out
+}
+
+func joinComponents(cs []ir.Component) string {
+	s := make([]string, len(cs))
+	for i, c := range cs {
+		s[i] = string(c)
+	}
+	return strings.Join(s, ", ")
+}
+
+// firstPath is the first path named in a derivation note.
+func firstPath(from string) string {
+	f := strings.Fields(from)
+	if len(f) == 0 {
+		return ""
+	}
+	return f[0]
+}

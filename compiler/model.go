@@ -1,0 +1,243 @@
+package compiler
+
+import (
+	"fmt"
+	"net/netip"
+	"regexp"
+	"sort"
+	"strings"
+
+	"github.com/kcompile/kcompile/compiler/diag"
+	"github.com/kcompile/kcompile/compiler/ir"
+)
+
+// model is the decoded spec the semantic checks and the lowering read: the
+// spec's values, its nodes with worker pools expanded, and the way back from
+// every value to the place the user wrote it.
+type model struct {
+	l    *loaded
+	spec specCluster
+	// nodes are every machine: control-plane nodes, external etcd members
+	// and workers (explicit and expanded from pools), in spec order of
+	// role, then name.
+	nodes []*mnode
+	// severity of each rule code, from the rule table.
+	severity map[string]diag.Severity
+	diags    diag.List
+	// prefixes caches parsed CIDRs by spec path; invalid ones are stored
+	// as the zero Prefix after being reported.
+	prefixes map[string]netip.Prefix
+}
+
+// mnode is one machine before lowering.
+type mnode struct {
+	name string
+	role ir.Role
+	spec specNode
+	// path is the spec path of the node, or of the pool it came from.
+	path string
+	// pool and index locate a node expanded from a pool.
+	pool  string
+	index int
+	// addrs are the parsed addresses (primary first); invalid ones are
+	// reported by the address checks and left out.
+	addrs []netip.Addr
+}
+
+// fieldPath is the spec path that holds the node's field: the node's own
+// field, or for pool nodes the pool field it was computed from.
+func (n *mnode) fieldPath(field string) string {
+	if n.pool == "" {
+		return n.path + "." + field
+	}
+	switch field {
+	case "address":
+		return n.path + ".firstAddress"
+	case "secondaryAddress":
+		return n.path + ".firstSecondaryAddress"
+	case "mac":
+		return fmt.Sprintf("%s.macs[%d]", n.path, n.index)
+	case "name":
+		return n.path + ".namePattern"
+	case "zone":
+		return n.path + ".zones"
+	case "rack":
+		return n.path + ".racks"
+	}
+	return n.path + "." + field
+}
+
+// runsPods reports whether the node has a kubelet (and so a pod CIDR).
+func (n *mnode) runsPods() bool { return n.role != ir.RoleEtcd }
+
+// at returns the positions the user wrote path at (or its nearest written
+// ancestor), converted for diagnostics.
+func (m *model) at(path string) []diag.Pos {
+	ps := m.l.userPositions(path)
+	if len(ps) == 0 && strings.Contains(path, "[") {
+		ps = m.l.userPositions(path[:strings.LastIndex(path, "[")])
+	}
+	return convertPositions(ps)
+}
+
+// written reports whether the user set path (as opposed to a default).
+func (m *model) written(path string) bool {
+	_, ok := m.l.written[path]
+	return ok
+}
+
+// report adds a diagnostic for a rule. The primary path is where the
+// diagnostic is reported; more paths add their positions.
+func (m *model) report(code, path, msg, hint string, more ...string) {
+	sev, ok := m.severity[code]
+	if !ok {
+		panic("kcompile bug: diagnostic code " + code + " is not in the rule table")
+	}
+	ps := m.at(path)
+	for _, p := range more {
+		ps = append(ps, m.at(p)...)
+	}
+	m.diags.Add(diag.Diagnostic{Code: code, Severity: sev, Path: path, Message: msg, Positions: ps, Hint: hint})
+}
+
+// newModel decodes a validated spec and expands worker pools.
+func newModel(l *loaded) (*model, diag.List) {
+	m := &model{l: l, severity: map[string]diag.Severity{}}
+	for _, r := range Rules() {
+		m.severity[r.Code] = r.Severity
+	}
+	if err := l.value.Decode(&m.spec); err != nil {
+		return nil, diag.List{{Code: CodeInternal, Severity: diag.Error,
+			Message: "internal error: validated spec does not decode: " + err.Error()}}
+	}
+	s := &m.spec
+	for _, name := range sortedKeys(s.ControlPlane.Nodes) {
+		m.nodes = append(m.nodes, &mnode{name: name, role: ir.RoleControlPlane, spec: s.ControlPlane.Nodes[name],
+			path: "controlPlane.nodes." + quoteLabel(name)})
+	}
+	if s.Etcd.Topology == "external" {
+		for _, name := range sortedKeys(s.Etcd.Members) {
+			mem := s.Etcd.Members[name]
+			m.nodes = append(m.nodes, &mnode{name: name, role: ir.RoleEtcd,
+				spec: specNode{Address: mem.Address, MAC: mem.MAC, Zone: mem.Zone, Rack: mem.Rack},
+				path: "etcd.members." + quoteLabel(name)})
+		}
+	}
+	for _, name := range sortedKeys(s.Workers.Nodes) {
+		m.nodes = append(m.nodes, &mnode{name: name, role: ir.RoleWorker, spec: s.Workers.Nodes[name],
+			path: "workers.nodes." + quoteLabel(name)})
+	}
+	for _, name := range sortedKeys(s.Workers.Pools) {
+		m.expandPool(name, s.Workers.Pools[name])
+	}
+	for _, n := range m.nodes {
+		for _, a := range []string{n.spec.Address, n.spec.SecondaryAddress} {
+			if ip, err := netip.ParseAddr(a); err == nil {
+				n.addrs = append(n.addrs, ip)
+			}
+		}
+	}
+	sort.SliceStable(m.nodes, func(i, j int) bool {
+		a, b := m.nodes[i], m.nodes[j]
+		if a.role.Rank() != b.role.Rank() {
+			return a.role.Rank() < b.role.Rank()
+		}
+		return a.name < b.name
+	})
+	return m, nil
+}
+
+var namePatternVerb = regexp.MustCompile(`%0?[0-9]*d`)
+
+// expandPool turns a pool into its nodes. Problems with the pool itself
+// (bad pattern, bad first address, wrong number of MACs) are reported once,
+// at the pool, and the pool is not expanded further.
+func (m *model) expandPool(name string, p specPool) {
+	path := "workers.pools." + quoteLabel(name)
+	pattern := p.NamePattern
+	verbs := namePatternVerb.FindAllStringIndex(pattern, -1)
+	rest := namePatternVerb.ReplaceAllString(strings.ReplaceAll(pattern, "%%", ""), "")
+	if len(verbs) != 1 || strings.Contains(rest, "%") {
+		m.report(CodePoolPattern, path+".namePattern",
+			fmt.Sprintf("name pattern %q must contain exactly one integer verb such as %%d or %%02d", pattern),
+			`write the pattern like "w%02d" or "gpu-%d"`)
+		return
+	}
+	first, err := netip.ParseAddr(p.FirstAddress)
+	if err != nil {
+		m.report(CodeAddressParse, path+".firstAddress", fmt.Sprintf("first address %q is not an IP address", p.FirstAddress),
+			`write an IPv4 or IPv6 address such as "10.0.1.10"`)
+		return
+	}
+	var second netip.Addr
+	if p.FirstSecondaryAddress != "" {
+		second, err = netip.ParseAddr(p.FirstSecondaryAddress)
+		if err != nil {
+			m.report(CodeAddressParse, path+".firstSecondaryAddress", fmt.Sprintf("first secondary address %q is not an IP address", p.FirstSecondaryAddress),
+				`write an address of the other IP family, such as "fd00::10"`)
+			return
+		}
+	}
+	if p.MACs != nil && len(p.MACs) != p.Count {
+		m.report(CodePoolMACs, path+".macs", fmt.Sprintf("pool has %d nodes but %d MAC addresses", p.Count, len(p.MACs)),
+			"give one MAC address per node, in node order, or leave macs out")
+		return
+	}
+	addr, addr2 := first, second
+	for i := 0; i < p.Count; i++ {
+		if i > 0 {
+			addr = addr.Next()
+			if second.IsValid() {
+				addr2 = addr2.Next()
+			}
+			if !addr.IsValid() || (second.IsValid() && !addr2.IsValid()) {
+				m.report(CodeAddressNetwork, path+".firstAddress",
+					fmt.Sprintf("pool of %d nodes starting at %s runs past the end of the address space", p.Count, first),
+					"lower count or choose a lower first address")
+				return
+			}
+		}
+		n := &mnode{name: fmt.Sprintf(pattern, p.Start+i), role: ir.RoleWorker, path: path, pool: name, index: i,
+			spec: specNode{Labels: p.Labels, Taints: p.Taints, Capacity: p.Capacity, KubeletVersion: p.KubeletVersion,
+				Address: addr.String()}}
+		if second.IsValid() {
+			n.spec.SecondaryAddress = addr2.String()
+		}
+		if p.MACs != nil {
+			n.spec.MAC = p.MACs[i]
+		}
+		if len(p.Zones) > 0 {
+			n.spec.Zone = p.Zones[i%len(p.Zones)]
+		}
+		if len(p.Racks) > 0 {
+			n.spec.Rack = p.Racks[i%len(p.Racks)]
+		}
+		m.nodes = append(m.nodes, n)
+	}
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+var identifier = regexp.MustCompile(`^[A-Za-z_$][A-Za-z0-9_$]*$`)
+
+// quoteLabel writes a field name as it appears in a CUE path.
+func quoteLabel(s string) string {
+	if identifier.MatchString(s) && !strings.HasPrefix(s, "_") && !strings.HasPrefix(s, "#") {
+		return s
+	}
+	return fmt.Sprintf("%q", s)
+}
+
+func firstPos(ps []diag.Pos) ir.Pos {
+	if len(ps) == 0 {
+		return ir.Pos{}
+	}
+	return ir.Pos{File: ps[0].File, Line: ps[0].Line, Column: ps[0].Column}
+}

@@ -1,0 +1,194 @@
+package compiler
+
+// The types below mirror schema/v1alpha1 field by field; they are what the
+// validated CUE value decodes into before checks and lowering. Only fields
+// that the schema makes optional are pointers or may be empty.
+
+type specCluster struct {
+	APIVersion   string           `json:"apiVersion"`
+	Name         string           `json:"name"`
+	Kubernetes   specKubernetes   `json:"kubernetes"`
+	ControlPlane specControlPlane `json:"controlPlane"`
+	Workers      specWorkers      `json:"workers"`
+	Etcd         specEtcd         `json:"etcd"`
+	Network      specNetwork      `json:"network"`
+	Storage      specStorage      `json:"storage"`
+	Runtime      specRuntime      `json:"runtime"`
+	Kubelet      specKubelet      `json:"kubelet"`
+	PKI          specPKI          `json:"pki"`
+	Security     specSecurity     `json:"security"`
+	Addons       specAddons       `json:"addons"`
+}
+
+type specKubernetes struct {
+	Version    string `json:"version"`
+	Components struct {
+		APIServer         string `json:"apiServer"`
+		ControllerManager string `json:"controllerManager"`
+		Scheduler         string `json:"scheduler"`
+		Kubelet           string `json:"kubelet"`
+		KubeProxy         string `json:"kubeProxy"`
+	} `json:"components"`
+}
+
+type specTaint struct {
+	Key    string `json:"key"`
+	Value  string `json:"value"`
+	Effect string `json:"effect"`
+}
+
+type specCapacity struct {
+	CPU     int    `json:"cpu"`
+	Memory  string `json:"memory"`
+	MaxPods int    `json:"maxPods"`
+}
+
+type specNode struct {
+	Labels           map[string]string `json:"labels"`
+	Taints           []specTaint       `json:"taints"`
+	Capacity         specCapacity      `json:"capacity"`
+	KubeletVersion   string            `json:"kubeletVersion"`
+	Address          string            `json:"address"`
+	SecondaryAddress string            `json:"secondaryAddress"`
+	MAC              string            `json:"mac"`
+	Zone             string            `json:"zone"`
+	Rack             string            `json:"rack"`
+}
+
+type specEndpoint struct {
+	Address string `json:"address"`
+	Host    string `json:"host"`
+	Port    int    `json:"port"`
+}
+
+type specControlPlane struct {
+	Endpoint    *specEndpoint       `json:"endpoint"`
+	Nodes       map[string]specNode `json:"nodes"`
+	Schedulable bool                `json:"schedulable"`
+	APIServer   struct {
+		ExtraSANs []string `json:"extraSANs"`
+		Port      int      `json:"port"`
+	} `json:"apiServer"`
+}
+
+type specPool struct {
+	Labels                map[string]string `json:"labels"`
+	Taints                []specTaint       `json:"taints"`
+	Capacity              specCapacity      `json:"capacity"`
+	KubeletVersion        string            `json:"kubeletVersion"`
+	Count                 int               `json:"count"`
+	NamePattern           string            `json:"namePattern"`
+	Start                 int               `json:"start"`
+	FirstAddress          string            `json:"firstAddress"`
+	FirstSecondaryAddress string            `json:"firstSecondaryAddress"`
+	MACs                  []string          `json:"macs"`
+	Zones                 []string          `json:"zones"`
+	Racks                 []string          `json:"racks"`
+}
+
+type specWorkers struct {
+	Nodes map[string]specNode `json:"nodes"`
+	Pools map[string]specPool `json:"pools"`
+}
+
+type specEtcdMember struct {
+	Address string `json:"address"`
+	MAC     string `json:"mac"`
+	Zone    string `json:"zone"`
+	Rack    string `json:"rack"`
+}
+
+type specEtcd struct {
+	Topology          string                    `json:"topology"`
+	Version           string                    `json:"version"`
+	Members           map[string]specEtcdMember `json:"members"`
+	QuotaBackendBytes int64                     `json:"quotaBackendBytes"`
+	SnapshotCount     int                       `json:"snapshotCount"`
+}
+
+type specNetwork struct {
+	Nodes                []string `json:"nodes"`
+	PodCIDR              string   `json:"podCIDR"`
+	SecondaryPodCIDR     string   `json:"secondaryPodCIDR"`
+	ServiceCIDR          string   `json:"serviceCIDR"`
+	SecondaryServiceCIDR string   `json:"secondaryServiceCIDR"`
+	NodeCIDRMaskSize     struct {
+		IPv4 int `json:"ipv4"`
+		IPv6 int `json:"ipv6"`
+	} `json:"nodeCIDRMaskSize"`
+	Domain        string `json:"domain"`
+	DNSServiceIP  string `json:"dnsServiceIP"`
+	MTU           int    `json:"mtu"`
+	NetworkPolicy bool   `json:"networkPolicy"`
+	CNI           struct {
+		Plugin               string `json:"plugin"`
+		Version              string `json:"version"`
+		Mode                 string `json:"mode"`
+		WireGuard            bool   `json:"wireguard"`
+		KubeProxyReplacement bool   `json:"kubeProxyReplacement"`
+		MTU                  int    `json:"mtu"`
+	} `json:"cni"`
+	KubeProxy struct {
+		Mode string `json:"mode"`
+	} `json:"kubeProxy"`
+}
+
+type specCSIDriver struct {
+	TopologyAware  bool `json:"topologyAware"`
+	AttachRequired bool `json:"attachRequired"`
+	PodInfoOnMount bool `json:"podInfoOnMount"`
+}
+
+type specStorageClass struct {
+	Driver               string            `json:"driver"`
+	Default              bool              `json:"default"`
+	ReclaimPolicy        string            `json:"reclaimPolicy"`
+	VolumeBindingMode    string            `json:"volumeBindingMode"`
+	AllowVolumeExpansion bool              `json:"allowVolumeExpansion"`
+	Parameters           map[string]string `json:"parameters"`
+}
+
+type specStorage struct {
+	Drivers map[string]specCSIDriver    `json:"drivers"`
+	Classes map[string]specStorageClass `json:"classes"`
+}
+
+type specRuntime struct {
+	Engine       string `json:"engine"`
+	Version      string `json:"version"`
+	CgroupDriver string `json:"cgroupDriver"`
+}
+
+type specKubelet struct {
+	CgroupDriver string `json:"cgroupDriver"`
+}
+
+type specPKI struct {
+	KeyAlgorithm string `json:"keyAlgorithm"`
+	CAValidity   string `json:"caValidity"`
+	LeafValidity string `json:"leafValidity"`
+}
+
+type specSecurity struct {
+	EncryptionAtRest struct {
+		Enabled  bool   `json:"enabled"`
+		Provider string `json:"provider"`
+	} `json:"encryptionAtRest"`
+	Audit struct {
+		Enabled    bool `json:"enabled"`
+		MaxAgeDays int  `json:"maxAgeDays"`
+		MaxBackups int  `json:"maxBackups"`
+		MaxSizeMB  int  `json:"maxSizeMB"`
+	} `json:"audit"`
+	Admission struct {
+		Plugins     []string `json:"plugins"`
+		PodSecurity string   `json:"podSecurity"`
+	} `json:"admission"`
+}
+
+type specAddons struct {
+	CoreDNS struct {
+		Version  string `json:"version"`
+		Replicas int    `json:"replicas"`
+	} `json:"coredns"`
+}
