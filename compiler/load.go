@@ -106,9 +106,78 @@ func loadSpec(ctx *cue.Context, src Source) (*loaded, diag.List) {
 	l.def = def
 	l.value = user.Unify(def)
 	if err := l.value.Validate(cue.Concrete(true)); err != nil {
-		return nil, fromCUE(err, CodeSchema, l, "")
+		diags = fromCUE(err, CodeSchema, l, "")
+	}
+	// CUE leaves out missing values when other errors exist; report them
+	// too, so the user sees every problem at once.
+	reported := map[string]bool{}
+	for _, d := range diags {
+		reported[d.Path] = true
+	}
+	for _, path := range missingValues(l.value) {
+		if !reported[path] {
+			diags.Add(missingDiagnostic(l, path, l.value.LookupPath(cue.ParsePath(path))))
+		}
+	}
+	if diags.HasErrors() {
+		return nil, diags
 	}
 	return l, nil
+}
+
+// missingValues lists the paths of regular fields that have no concrete
+// value and no error of their own.
+func missingValues(v cue.Value) []string {
+	var out []string
+	var walk func(v cue.Value)
+	walk = func(v cue.Value) {
+		kind := v.IncompleteKind()
+		if kind == cue.BottomKind {
+			// An error below a struct makes the struct itself an error;
+			// its fields can still be walked.
+			if it, err := v.Fields(); err == nil {
+				for it.Next() {
+					walk(it.Value())
+				}
+			}
+			return
+		}
+		switch kind {
+		case cue.StructKind:
+			it, err := v.Fields()
+			if err != nil {
+				return
+			}
+			for it.Next() {
+				walk(it.Value())
+			}
+			return
+		case cue.ListKind:
+			it, err := v.List()
+			if err != nil {
+				return
+			}
+			for it.Next() {
+				walk(it.Value())
+			}
+			return
+		}
+		if _, isDefault := v.Default(); v.Err() == nil && !v.IsConcrete() && !isDefault {
+			out = append(out, v.Path().String())
+		}
+	}
+	walk(v)
+	return out
+}
+
+// missingDiagnostic reports a required value the user did not set, at the
+// nearest place they did write, with the schema's declaration after it.
+func missingDiagnostic(l *loaded, path string, v cue.Value) diag.Diagnostic {
+	ps := append(slices.Clone(l.userPositions(path)), v.Pos())
+	return diag.Diagnostic{Code: CodeMissing, Severity: diag.Error, Path: path,
+		Message:   fmt.Sprintf("required value %s is not set (expected %s)", path, v.IncompleteKind()),
+		Positions: sortPositions(convertPositions(ps)),
+		Hint:      fmt.Sprintf("set %s in the spec; `kcompile explain` shows what each field means", path)}
 }
 
 // buildSchema compiles the embedded schema package of a version and returns
@@ -184,6 +253,13 @@ func valuePositions(v cue.Value) []token.Pos {
 // ancestor.
 func (l *loaded) userPositions(path string) []token.Pos {
 	for {
+		// List elements are not recorded: use the list's position.
+		if strings.HasSuffix(path, "]") {
+			if i := strings.LastIndex(path, "["); i > 0 {
+				path = path[:i]
+				continue
+			}
+		}
 		if ps, ok := l.written[path]; ok && len(ps) > 0 {
 			return ps
 		}
@@ -234,7 +310,10 @@ func fromCUE(err error, code string, l *loaded, hint string) diag.List {
 		if l != nil {
 			// The user's own position comes first, at the value they wrote:
 			// a schema position alone does not tell them which file to edit.
-			positions = append(slices.Clone(l.userPositions(path)), positions...)
+			// An unknown field is reported at its label, which CUE gives.
+			if !strings.Contains(msg, "field not allowed") {
+				positions = append(slices.Clone(l.userPositions(path)), positions...)
+			}
 			if strings.Contains(msg, "conflicting values") || strings.Contains(msg, "empty disjunction") {
 				if m := l.allowedMessage(path); m != "" {
 					msg = m
@@ -370,6 +449,8 @@ func hintFor(msg, path string, l *loaded) string {
 			return fmt.Sprintf("%s is not a field here; did you mean %s?", field, s)
 		}
 		return fmt.Sprintf("%s is not a field here; remove it or check its spelling (`kcompile explain` lists the fields)", field)
+	case strings.Contains(msg, "is not allowed here; allowed:"):
+		return "use one of the allowed values"
 	case strings.Contains(msg, "conflicting values"), strings.Contains(msg, "empty disjunction"):
 		return "the value does not match the schema: change it to one of the allowed values shown"
 	case strings.Contains(msg, "invalid value"), strings.Contains(msg, "out of bound"):

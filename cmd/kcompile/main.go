@@ -5,6 +5,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -79,7 +80,8 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 	}
 	e := &env{stdout: stdout, stderr: stderr, cwd: cwd, app: parser}
 	if err := kctx.Run(e); err != nil {
-		if s, ok := err.(statusError); ok {
+		var s statusError
+		if errors.As(err, &s) {
 			if s.msg != "" {
 				fmt.Fprintln(stderr, "kcompile:", s.msg)
 			}
