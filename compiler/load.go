@@ -11,6 +11,7 @@ import (
 	"cuelang.org/go/cue/build"
 	cueerrors "cuelang.org/go/cue/errors"
 	"cuelang.org/go/cue/load"
+	"cuelang.org/go/cue/parser"
 	"cuelang.org/go/cue/token"
 
 	"github.com/kcompile/kcompile/compiler/diag"
@@ -190,7 +191,11 @@ func buildSchema(ctx *cue.Context, v schema.Version) (cue.Value, error) {
 	}
 	inst := build.NewContext().NewInstance("kcompile.dev/schema/"+v.Dir, nil)
 	for _, name := range schema.Names(files) {
-		if err := inst.AddFile(name, files[name]); err != nil {
+		f, err := parser.ParseFile(name, files[name], parser.ParseComments)
+		if err != nil {
+			return cue.Value{}, err
+		}
+		if err := inst.AddSyntax(f); err != nil {
 			return cue.Value{}, err
 		}
 	}

@@ -1,0 +1,61 @@
+package compiler
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/rogpeppe/go-internal/txtar"
+)
+
+// FuzzCompile feeds arbitrary spec files to the whole pipeline. Whatever
+// the input, Compile must not panic, must return a cluster exactly when
+// there is no error, and every diagnostic must be complete.
+func FuzzCompile(f *testing.F) {
+	seeds, _ := filepath.Glob("../examples/*/*.cue")
+	for _, s := range seeds {
+		if b, err := os.ReadFile(s); err == nil {
+			f.Add(b)
+		}
+	}
+	bad, _ := filepath.Glob("testdata/bad/*.txtar")
+	for _, s := range bad {
+		if ar, err := txtar.ParseFile(s); err == nil {
+			for _, file := range ar.Files {
+				if file.Name != "expect" {
+					f.Add(file.Data)
+				}
+			}
+		}
+	}
+	dir := f.TempDir()
+	f.Fuzz(func(t *testing.T, spec []byte) {
+		c, diags := Compile(Source{Dir: dir, Overlay: map[string][]byte{"spec.cue": spec}})
+		if (c == nil) != diags.HasErrors() {
+			t.Fatalf("cluster %v returned with errors=%v", c != nil, diags.HasErrors())
+		}
+		for _, d := range diags {
+			if d.Code == "" || d.Message == "" {
+				t.Fatalf("incomplete diagnostic %+v", d)
+			}
+			if d.Code == CodeInternal {
+				t.Fatalf("internal error: %+v", d)
+			}
+		}
+		if c != nil && (len(c.Nodes) == 0 || c.Endpoint.URL == "") {
+			t.Fatalf("clean spec lowered to an incomplete cluster: %d nodes, endpoint %q", len(c.Nodes), c.Endpoint.URL)
+		}
+	})
+}
+
+// BenchmarkCheckLarge measures `kcompile check examples/large`: loading,
+// checking and lowering 5,005 nodes. The target is under one second.
+func BenchmarkCheckLarge(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		c, diags := Compile(Source{Dir: "../examples/large"})
+		if c == nil || diags.HasErrors() {
+			b.Fatalf("examples/large does not compile: %v", diags)
+		}
+	}
+}
