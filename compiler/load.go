@@ -2,6 +2,7 @@ package compiler
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -50,6 +51,9 @@ func loadSpec(ctx *cue.Context, src Source) (*loaded, diag.List) {
 	if err != nil {
 		return nil, diag.List{{Code: CodeLoad, Severity: diag.Error, Message: err.Error()}}
 	}
+	if d := checkDir(src, dir); d != nil {
+		return nil, diag.List{*d}
+	}
 	cfg := &load.Config{Dir: dir}
 	if len(src.Overlay) > 0 {
 		cfg.Overlay = map[string]load.Source{}
@@ -64,7 +68,25 @@ func loadSpec(ctx *cue.Context, src Source) (*loaded, diag.List) {
 	}
 	inst := insts[0]
 	if inst.Err != nil {
-		return nil, fromCUE(inst.Err, CodeLoad, nil, "fix the syntax or package error at the position shown; every file of a spec directory must have the same package clause")
+		diags := fromCUE(inst.Err, CodeLoad, nil, "")
+		for i := range diags {
+			d := &diags[i]
+			switch {
+			case strings.Contains(d.Message, "no package name"):
+				file := strings.TrimSuffix(strings.TrimSpace(d.Message[strings.LastIndex(d.Message, "\n")+1:]), ": no package name")
+				d.Message = "spec file has no package clause"
+				d.Positions = []diag.Pos{{File: file, Line: 1, Column: 1}}
+				d.Hint = "start every .cue file of the spec with the same package clause, such as `package cluster`"
+			case strings.Contains(d.Message, "found packages"):
+				d.Hint = "a spec is one CUE package: give every .cue file in the directory the same package clause"
+			default:
+				d.Hint = "fix the syntax error at the position shown"
+			}
+			if len(d.Positions) == 0 {
+				d.Positions = []diag.Pos{{File: dir}}
+			}
+		}
+		return nil, diags
 	}
 	user := ctx.BuildInstance(inst)
 	l := &loaded{user: user, written: map[string][]token.Pos{}}
@@ -179,6 +201,32 @@ func missingDiagnostic(l *loaded, path string, v cue.Value) diag.Diagnostic {
 		Message:   fmt.Sprintf("required value %s is not set (expected %s)", path, v.IncompleteKind()),
 		Positions: sortPositions(convertPositions(ps)),
 		Hint:      fmt.Sprintf("set %s in the spec; `kcompile explain` shows what each field means", path)}
+}
+
+// checkDir reports a spec directory that does not exist, is a file or holds
+// no .cue files, which CUE's loader words obscurely.
+func checkDir(src Source, dir string) *diag.Diagnostic {
+	d := &diag.Diagnostic{Code: CodeLoad, Severity: diag.Error, Positions: []diag.Pos{{File: dir}}}
+	fi, err := os.Stat(dir)
+	switch {
+	case err != nil:
+		d.Message = fmt.Sprintf("spec directory %s does not exist", src.Dir)
+		d.Hint = "pass the directory that holds the spec's .cue files"
+	case !fi.IsDir():
+		d.Message = fmt.Sprintf("%s is a file, not a spec directory", src.Dir)
+		d.Hint = "pass the directory that holds the spec's .cue files: " + filepath.Dir(src.Dir)
+	default:
+		if len(src.Overlay) > 0 {
+			return nil
+		}
+		cue, _ := filepath.Glob(filepath.Join(dir, "*.cue"))
+		if len(cue) > 0 {
+			return nil
+		}
+		d.Message = fmt.Sprintf("spec directory %s holds no .cue files", src.Dir)
+		d.Hint = "pass the directory that holds the spec's .cue files (see examples/)"
+	}
+	return d
 }
 
 // buildSchema compiles the embedded schema package of a version and returns
