@@ -2,6 +2,8 @@ package compiler
 
 import (
 	"fmt"
+	"net/netip"
+	"slices"
 
 	"github.com/kcompile/kcompile/compiler/diag"
 )
@@ -50,8 +52,10 @@ func checkCNI(m *model) {
 	n := m.spec.Network
 	cni := n.CNI
 	if cni.Plugin == "flannel" && n.NetworkPolicy {
-		m.report(CodeFlannelPolicy, "network.cni.plugin", "flannel does not implement NetworkPolicy, but network.networkPolicy requires it: policies would be accepted and silently not enforced",
-			`use plugin "calico" or "cilium", or set networkPolicy: false`, "network.networkPolicy")
+		// flannel is the default plugin: then report at networkPolicy.
+		at, more := m.conflict("network.cni.plugin", "network.networkPolicy")
+		m.report(CodeFlannelPolicy, at, "flannel does not implement NetworkPolicy, but network.networkPolicy requires it: policies would be accepted and silently not enforced",
+			`use plugin "calico" or "cilium", or set networkPolicy: false`, more...)
 	}
 	if cni.KubeProxyReplacement && cni.Plugin != "cilium" {
 		m.report(CodeKPRNotCilium, "network.cni.kubeProxyReplacement", fmt.Sprintf("%s cannot replace kube-proxy; only cilium can", cni.Plugin),
@@ -65,8 +69,11 @@ func checkCNI(m *model) {
 	mode := n.KubeProxy.Mode
 	switch {
 	case replaces && mode != "none":
-		m.report(CodeKPRNeedsNone, "network.kubeProxy.mode", fmt.Sprintf("cilium replaces kube-proxy, but kube-proxy mode is %q: both would program Services", mode),
-			`set network: kubeProxy: mode: "none"`, "network.cni.kubeProxyReplacement")
+		// The mode is usually the version's default: then report at
+		// kubeProxyReplacement.
+		at, more := m.conflict("network.kubeProxy.mode", "network.cni.kubeProxyReplacement")
+		m.report(CodeKPRNeedsNone, at, fmt.Sprintf("cilium replaces kube-proxy, but kube-proxy mode is %q: both would program Services", mode),
+			`set network: kubeProxy: mode: "none"`, more...)
 	case !replaces && mode == "none":
 		m.report(CodeNoneNeedsKPR, "network.kubeProxy.mode", fmt.Sprintf("kube-proxy mode is \"none\" but %s does not implement Services: ClusterIPs would not work", cni.Plugin),
 			`use plugin "cilium" with kubeProxyReplacement: true, or choose mode "nftables", "iptables" or "ipvs"`)
@@ -76,8 +83,27 @@ func checkCNI(m *model) {
 		m.report(CodePodMTU, "network.cni.mtu", fmt.Sprintf("pod MTU %d does not fit node MTU %d minus %d bytes of %s: packets would fragment or drop", cni.MTU, n.MTU, overhead, what),
 			fmt.Sprintf("set the pod MTU to at most %d, or leave it out to get that value", n.MTU-overhead), "network.mtu")
 	}
-	if (cni.Mode == "host-gw" || cni.Mode == "native" || cni.Mode == "bgp") && len(n.Nodes) > 1 {
-		m.report(CodeL2Mode, "network.cni.mode", fmt.Sprintf("mode %q routes pod traffic unencapsulated, but the nodes are in %d networks", cni.Mode, len(n.Nodes)),
+	if cni.Mode != "host-gw" && cni.Mode != "native" && cni.Mode != "bgp" {
+		return
+	}
+	// Count the node networks that hold pod-running nodes, per IP family:
+	// a dual-stack node sits in one network of each family on the same
+	// segment, and a declared network without such nodes splits nothing.
+	used := map[bool][]netip.Prefix{}
+	for _, p := range m.nodeNetworks() {
+		for _, node := range m.nodes {
+			if node.runsPods() && slices.ContainsFunc(node.addrs, p.Contains) {
+				used[p.Addr().Is4()] = append(used[p.Addr().Is4()], p)
+				break
+			}
+		}
+	}
+	nets := used[true]
+	if len(used[false]) > len(nets) {
+		nets = used[false]
+	}
+	if len(nets) > 1 {
+		m.report(CodeL2Mode, "network.cni.mode", fmt.Sprintf("mode %q routes pod traffic unencapsulated, but the nodes are in %d networks (%s)", cni.Mode, len(nets), joinPrefixes(nets)),
 			"unencapsulated modes need routes between every pair of nodes (one L2 segment, or BGP peering with the routers): use an encapsulating mode otherwise",
 			"network.nodes")
 	}

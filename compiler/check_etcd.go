@@ -30,13 +30,16 @@ func etcdFamily() family {
 		rule(CodeEtcdRack, diag.Warning, "losing one rack loses etcd quorum"),
 		rule(CodeEtcdNoMembers, diag.Error, "the etcd topology is external but no member is declared"),
 		rule(CodeEtcdTooMany, diag.Warning, "etcd has more than 7 members: every write waits for a majority"),
-		rule(CodeEtcdStackedAddr, diag.Error, "a stacked etcd member sets its own address, zone or rack instead of its node's"),
+		rule(CodeEtcdStackedAddr, diag.Error, "a stacked etcd member sets its own address, MAC, zone or rack instead of its node's"),
 	}}
 }
 
 // etcdMember is a member as the checks see it.
 type etcdMember struct {
 	name, path, zone, rack string
+	// node is the path that sets zone and rack: the member itself when
+	// external, its control-plane node when stacked.
+	node string
 }
 
 // etcdMembers returns the members of the topology: for stacked etcd the
@@ -47,7 +50,8 @@ func (m *model) etcdMembers() []etcdMember {
 	if s.Etcd.Topology == "external" {
 		for _, name := range sortedKeys(s.Etcd.Members) {
 			mem := s.Etcd.Members[name]
-			out = append(out, etcdMember{name, "etcd.members." + quoteLabel(name), mem.Zone, mem.Rack})
+			path := "etcd.members." + quoteLabel(name)
+			out = append(out, etcdMember{name, path, mem.Zone, mem.Rack, path})
 		}
 		return out
 	}
@@ -57,11 +61,12 @@ func (m *model) etcdMembers() []etcdMember {
 	}
 	for _, name := range names {
 		if n, ok := s.ControlPlane.Nodes[name]; ok {
-			path := "controlPlane.nodes." + quoteLabel(name)
+			node := "controlPlane.nodes." + quoteLabel(name)
+			path := node
 			if _, listed := s.Etcd.Members[name]; listed {
 				path = "etcd.members." + quoteLabel(name)
 			}
-			out = append(out, etcdMember{name, path, n.Zone, n.Rack})
+			out = append(out, etcdMember{name, path, n.Zone, n.Rack, node})
 		}
 	}
 	return out
@@ -91,10 +96,18 @@ func checkEtcd(m *model) {
 					"stacked members run on control-plane nodes: name one of "+strings.Join(sortedKeys(s.ControlPlane.Nodes), ", ")+", or use topology \"external\"")
 				continue
 			}
+			// Reported at the first field set, and naming them all, so the
+			// user sees which values to move.
 			mem := s.Etcd.Members[name]
-			if mem.Address != "" || mem.Zone != "" || mem.Rack != "" || mem.MAC != "" {
-				m.report(CodeEtcdStackedAddr, path, fmt.Sprintf("stacked etcd member %s sets its own address, MAC, zone or rack", name),
-					"a stacked member lives on its control-plane node: set these on controlPlane.nodes."+quoteLabel(name)+" instead")
+			var set []string
+			for _, f := range []struct{ field, v string }{{"address", mem.Address}, {"mac", mem.MAC}, {"zone", mem.Zone}, {"rack", mem.Rack}} {
+				if f.v != "" {
+					set = append(set, f.field)
+				}
+			}
+			if len(set) > 0 {
+				m.report(CodeEtcdStackedAddr, path+"."+set[0], fmt.Sprintf("stacked etcd member %s sets its own %s", name, strings.Join(set, ", ")),
+					"a stacked member takes these from its control-plane node: remove them here and set them on controlPlane.nodes."+quoteLabel(name))
 			}
 		}
 	}
@@ -121,8 +134,13 @@ func checkEtcd(m *model) {
 		m.report(CodeEtcdTooMany, where, fmt.Sprintf("etcd has %d members; every write waits for %d of them", n, quorum(n)),
 			"etcd recommends at most 7 members; run 5 and make the rest learners or remove them")
 	}
-	domainLoss(m, members, "zone", CodeEtcdZone, func(e etcdMember) string { return e.zone })
-	domainLoss(m, members, "rack", CodeEtcdRack, func(e etcdMember) string { return e.rack })
+	// With one or two members losing any member loses quorum, which
+	// CodeEtcdSingle or CodeEtcdEven already report; no spreading over
+	// zones or racks would help.
+	if n > 2 {
+		domainLoss(m, members, "zone", CodeEtcdZone, func(e etcdMember) string { return e.zone })
+		domainLoss(m, members, "rack", CodeEtcdRack, func(e etcdMember) string { return e.rack })
+	}
 }
 
 // domainLoss warns for each failure domain whose loss leaves fewer than a
@@ -148,7 +166,7 @@ func domainLoss(m *model, members []etcdMember, kind, code string, of func(etcdM
 		var names, paths []string
 		for _, e := range lost {
 			names = append(names, e.name)
-			paths = append(paths, e.path+"."+kind)
+			paths = append(paths, e.node+"."+kind)
 		}
 		m.report(code, paths[0], fmt.Sprintf("losing %s %q loses etcd quorum: it holds %d of %d members (%s) and %d are needed",
 			kind, d, len(lost), len(members), strings.Join(names, ", "), q),

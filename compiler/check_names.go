@@ -56,11 +56,25 @@ func isDNSSubdomain(s string) bool {
 // isQualifiedName reports whether s is a Kubernetes label key: an optional
 // DNS subdomain prefix and a name of at most 63 characters.
 func isQualifiedName(s string) bool {
-	prefix, name, found := strings.Cut(s, "/")
-	if found && !isDNSSubdomain(prefix) {
-		return false
+	name := s
+	// strings.Cut leaves a key without '/' in its first result: only a
+	// key with a '/' has a prefix.
+	if prefix, rest, found := strings.Cut(s, "/"); found {
+		if !isDNSSubdomain(prefix) {
+			return false
+		}
+		name = rest
 	}
 	return len(name) <= 63 && qualifiedNamePat.MatchString(name)
+}
+
+// namePath is the spec path that gives a node its name: the key of a node
+// written one by one (it has no name field), or a pool's namePattern.
+func namePath(n *mnode) string {
+	if n.pool == "" {
+		return n.path
+	}
+	return n.fieldPath("name")
 }
 
 func checkNames(m *model) {
@@ -79,17 +93,23 @@ func checkNames(m *model) {
 		return true
 	}
 	names := map[string]*mnode{}
-	addrs := map[string]*mnode{}
+	// addrs remembers the field too: the earlier use of an address may be
+	// a node's secondary address.
+	type addrUse struct {
+		n     *mnode
+		field string
+	}
+	addrs := map[string]addrUse{}
 	macs := map[string]*mnode{}
 	for _, n := range m.nodes {
 		if !isDNSSubdomain(n.name) && first(CodeNodeName+n.path) {
-			m.report(CodeNodeName, n.fieldPath("name"), fmt.Sprintf("node name %q is not a DNS-1123 subdomain", n.name),
+			m.report(CodeNodeName, namePath(n), fmt.Sprintf("node name %q is not a DNS-1123 subdomain", n.name),
 				"use lower-case letters, digits, '-' and '.', starting and ending with a letter or digit")
 		}
 		if o, dup := names[n.name]; dup {
 			if first(CodeDupName + o.path + n.path) {
-				m.report(CodeDupName, n.fieldPath("name"), fmt.Sprintf("node name %q is used twice (also at %s)", n.name, o.path),
-					"rename one of the nodes; every machine needs a unique name", o.fieldPath("name"))
+				m.report(CodeDupName, namePath(n), fmt.Sprintf("node name %q is used twice (also at %s)", n.name, o.path),
+					"rename one of the nodes; every machine needs a unique name", namePath(o))
 			}
 		} else {
 			names[n.name] = n
@@ -97,13 +117,13 @@ func checkNames(m *model) {
 		for i, a := range n.addrs {
 			field := []string{"address", "secondaryAddress"}[min(i, 1)]
 			key := a.String()
-			if o, dup := addrs[key]; dup && o != n {
-				if first(CodeDupAddress + o.path + n.path) {
-					m.report(CodeDupAddress, n.fieldPath(field), fmt.Sprintf("address %s of node %s is also the address of node %s", a, n.name, o.name),
-						"give every node its own address", o.fieldPath("address"))
+			if o, dup := addrs[key]; dup && o.n != n {
+				if first(CodeDupAddress + o.n.path + n.path) {
+					m.report(CodeDupAddress, n.fieldPath(field), fmt.Sprintf("address %s of node %s is also the address of node %s", a, n.name, o.n.name),
+						"give every node its own address", o.n.fieldPath(o.field))
 				}
 			} else {
-				addrs[key] = n
+				addrs[key] = addrUse{n, field}
 			}
 		}
 		if n.spec.MAC != "" {

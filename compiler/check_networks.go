@@ -99,8 +99,9 @@ func checkNetworks(m *model) {
 	// Families: primary pod and service ranges agree; secondaries come as a
 	// pair of the other family.
 	if podOK && svcOK && pod.Addr().Is4() != svc.Addr().Is4() {
-		m.report(CodeFamilyMismatch, "network.serviceCIDR", fmt.Sprintf("service CIDR %s is %s but pod CIDR %s is %s", svc, familyOf(svc.Addr()), pod, familyOf(pod.Addr())),
-			"the primary pod and service CIDRs must be of one family; put the other family in secondaryPodCIDR and secondaryServiceCIDR", "network.podCIDR")
+		at, more := m.conflict("network.serviceCIDR", "network.podCIDR")
+		m.report(CodeFamilyMismatch, at, fmt.Sprintf("service CIDR %s is %s but pod CIDR %s is %s", svc, familyOf(svc.Addr()), pod, familyOf(pod.Addr())),
+			"the primary pod and service CIDRs must be of one family; put the other family in secondaryPodCIDR and secondaryServiceCIDR", more...)
 	}
 	switch {
 	case (n.SecondaryPodCIDR == "") != (n.SecondaryServiceCIDR == ""):
@@ -180,6 +181,11 @@ func checkNetworks(m *model) {
 		case ip == svc.Addr():
 			m.report(CodeDNSIPOutside, "network.dnsServiceIP", fmt.Sprintf("DNS service IP %s is the network address of %s, which is never allocated", ip, svc),
 				"choose another address, conventionally the tenth of the service CIDR", "network.serviceCIDR")
+		case ip.Is4() && ip == lastAddr(svc):
+			// The API server's allocator leaves out the broadcast address
+			// of an IPv4 range as well as its network address.
+			m.report(CodeDNSIPOutside, "network.dnsServiceIP", fmt.Sprintf("DNS service IP %s is the broadcast address of %s, which is never allocated", ip, svc),
+				"choose another address, conventionally the tenth of the service CIDR", "network.serviceCIDR")
 		}
 	}
 	if !isDNSSubdomain(n.Domain) {
@@ -225,6 +231,21 @@ func checkPodCapacity(m *model, path string, p netip.Prefix, ok bool, nodes int,
 			}
 		}
 	}
+}
+
+// conflict orders the paths of two values that contradict each other so
+// that the diagnostic is reported at one the user wrote: a defaulted value
+// has no position of its own, and reporting at it would point at its
+// nearest written ancestor, or at the package clause. The other path is
+// returned as a further position only when written, for the same reason.
+func (m *model) conflict(at, other string) (string, []string) {
+	if !m.written(at) && m.written(other) {
+		at, other = other, at
+	}
+	if !m.written(other) {
+		return at, nil
+	}
+	return at, []string{other}
 }
 
 func isVIP(r namedRange) bool     { return r.path == "controlPlane.endpoint.address" }

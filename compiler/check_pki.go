@@ -21,21 +21,26 @@ func pkiFamily() family {
 		rule(CodeRSAWeak, diag.Error, "RSA keys shorter than 2048 bits"),
 		rule(CodeRSASize, diag.Error, "an RSA key size other than 2048, 3072 or 4096 bits"),
 		rule(CodeLeafOutlivesCA, diag.Error, "leaf certificates are valid longer than their CA"),
-		rule(CodeZeroValidity, diag.Error, "a certificate validity of zero"),
+		rule(CodeZeroValidity, diag.Error, "a certificate validity is zero or longer than 200 years"),
 	}}
 }
 
+// maxValidity bounds certificate validities: a time.Duration holds only
+// about 292 years, and longer values would wrap around.
+const maxValidity = 200 * 365 * 24 * time.Hour
+
 // parseValidity reads the schema's duration form: a whole number of hours,
-// days or 365-day years.
+// days or 365-day years. It returns 0 for a value above maxValidity.
 func parseValidity(s string) time.Duration {
 	if len(s) < 2 {
 		return 0
 	}
 	n, err := strconv.ParseInt(s[:len(s)-1], 10, 64)
-	if err != nil || n > 1000*365*24 {
+	unit := map[byte]time.Duration{'h': time.Hour, 'd': 24 * time.Hour, 'y': 365 * 24 * time.Hour}[s[len(s)-1]]
+	// The count is bounded, not the product, which could overflow.
+	if err != nil || unit == 0 || n > int64(maxValidity/unit) {
 		return 0
 	}
-	unit := map[byte]time.Duration{'h': time.Hour, 'd': 24 * time.Hour, 'y': 365 * 24 * time.Hour}[s[len(s)-1]]
 	return time.Duration(n) * unit
 }
 
@@ -58,11 +63,12 @@ func checkPKI(m *model) {
 		d    time.Duration
 	}{{"pki.caValidity", ca}, {"pki.leafValidity", leaf}} {
 		if v.d <= 0 {
-			m.report(CodeZeroValidity, v.path, "a certificate validity must be positive and below 1000 years", `write a duration such as "1y", "90d" or "8760h"`)
+			m.report(CodeZeroValidity, v.path, "a certificate validity must be positive and at most 200 years", `write a duration such as "1y", "90d" or "8760h"`)
 		}
 	}
 	if ca > 0 && leaf > ca {
-		m.report(CodeLeafOutlivesCA, "pki.leafValidity", fmt.Sprintf("leaf validity %s is longer than CA validity %s: leaves would outlive the CA that signs them", p.LeafValidity, p.CAValidity),
-			"shorten leafValidity or lengthen caValidity", "pki.caValidity")
+		at, more := m.conflict("pki.leafValidity", "pki.caValidity")
+		m.report(CodeLeafOutlivesCA, at, fmt.Sprintf("leaf validity %s is longer than CA validity %s: leaves would outlive the CA that signs them", p.LeafValidity, p.CAValidity),
+			"shorten leafValidity or lengthen caValidity", more...)
 	}
 }

@@ -27,7 +27,8 @@ func checkRuntime(m *model) {
 		}
 	}
 	if m.spec.Kubelet.CgroupDriver != r.CgroupDriver {
-		m.report(CodeCgroupDriver, "kubelet.cgroupDriver", fmt.Sprintf("kubelet uses the %s cgroup driver but %s uses %s", m.spec.Kubelet.CgroupDriver, r.Engine, r.CgroupDriver),
-			"two cgroup managers on one node make it unstable under pressure: use the same driver (systemd on systemd hosts)", "runtime.cgroupDriver")
+		at, more := m.conflict("kubelet.cgroupDriver", "runtime.cgroupDriver")
+		m.report(CodeCgroupDriver, at, fmt.Sprintf("kubelet uses the %s cgroup driver but %s uses %s", m.spec.Kubelet.CgroupDriver, r.Engine, r.CgroupDriver),
+			"two cgroup managers on one node make it unstable under pressure: use the same driver (systemd on systemd hosts)", more...)
 	}
 }

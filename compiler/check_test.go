@@ -16,14 +16,24 @@ kubernetes: version: "1.37.2"
 // checkCase is one semantic rule exercised twice: pass is a spec body
 // that must not raise code, fail one that must raise it at path, with
 // its primary position at pos ("line:column" in spec.cue, counting the
-// header's 4 lines). Bodies set the cluster name themselves.
+// header's 4 lines). Bodies set the cluster name themselves. pass is a
+// small variation of fail, usually the fix its hint suggests, so that the
+// pair shows where the rule's boundary lies.
 type checkCase struct {
 	code       string
 	pass, fail string
 	path, pos  string
+	// ownVersion replaces the header's Kubernetes version by a comment
+	// line, for bodies that set kubernetes.version themselves.
+	ownVersion bool
 }
 
-// ha is a clean three-node control plane that many cases extend.
+// ownVersionHeader is header without its Kubernetes version, still 4
+// lines long.
+var ownVersionHeader = strings.Replace(header, `kubernetes: version: "1.37.2"`, `// kubernetes.version is set by the body`, 1)
+
+// ha is a clean three-node control plane that many cases extend; it is
+// lines 5-12 of spec.cue.
 const ha = `
 name: "t"
 controlPlane: endpoint: address: "10.0.0.10"
@@ -34,29 +44,413 @@ controlPlane: nodes: {
 }
 `
 
+// haNet is ha with its node network on line 13; what follows starts on
+// line 14.
+const haNet = ha + `network: nodes: ["10.0.0.0/16"]
+`
+
+// one is a single control-plane node and its network, lines 6-7; what
+// follows starts on line 8.
+const one = `
+name: "t"
+controlPlane: nodes: cp1: address: "10.0.0.11"
+network: nodes: ["10.0.0.0/16"]
+`
+
+// dual is a single dual-stack node, lines 6-8; what follows starts on
+// line 9.
+const dual = `
+name: "t"
+controlPlane: nodes: cp1: {address: "10.0.0.11", secondaryAddress: "fd00::11"}
+network: nodes: ["10.0.0.0/16", "fd00::/64"]
+`
+
+// v6 is a single IPv6 node, lines 6-8; what follows starts on line 9.
+const v6 = `
+name: "t"
+controlPlane: nodes: cp1: address: "fd00::11"
+network: nodes: ["fd00::/64"]
+`
+
+// externalEtcd declares n external etcd members e1…en at 10.0.0.21 on.
+func externalEtcd(n int) string {
+	var ms []string
+	for i := 1; i <= n; i++ {
+		ms = append(ms, fmt.Sprintf("e%d: address: \"10.0.0.%d\"", i, 20+i))
+	}
+	return `etcd: {topology: "external", members: {` + strings.Join(ms, ", ") + "}}\n"
+}
+
+// rbd declares one CSI driver for the storage cases.
+const rbd = `storage: drivers: "rbd.csi.ceph.com": {}
+`
+
 func checkCases() []checkCase {
 	return []checkCase{
+		// names
 		{code: CodeClusterName,
-			pass: ha + `network: nodes: ["10.0.0.0/16"]`,
-			fail: strings.Replace(ha, `name: "t"`, `name: "UPPER"`, 1) + `network: nodes: ["10.0.0.0/16"]`,
+			pass: haNet,
+			fail: strings.Replace(haNet, `name: "t"`, `name: "UPPER"`, 1),
 			path: "name", pos: "6:7"},
+		{code: CodeNodeName, // reported at the node's key: a node has no name field
+			pass: haNet + `workers: nodes: w1: address: "10.0.1.1"`,
+			fail: haNet + `workers: nodes: W1: address: "10.0.1.1"`,
+			path: "workers.nodes.W1", pos: "14:21"},
+		{code: CodeDupName, // the pool's nodes cp1 and cp2 clash with the control plane's
+			pass: haNet + `workers: pools: w: {count: 2, namePattern: "w%d", firstAddress: "10.0.1.1"}`,
+			fail: haNet + `workers: pools: w: {count: 2, namePattern: "cp%d", firstAddress: "10.0.1.1"}`,
+			path: "workers.pools.w.namePattern", pos: "14:44"},
+		{code: CodeDupAddress,
+			pass: haNet + `workers: nodes: w1: address: "10.0.0.14"`,
+			fail: haNet + `workers: nodes: w1: address: "10.0.0.11"`,
+			path: "workers.nodes.w1.address", pos: "14:30"},
+		{code: CodeDupMAC,
+			pass: haNet + `workers: nodes: {
+	w1: {address: "10.0.1.1", mac: "02:00:00:00:00:01"}
+	w2: {address: "10.0.1.2", mac: "02:00:00:00:00:02"}
+}`,
+			fail: haNet + `workers: nodes: {
+	w1: {address: "10.0.1.1", mac: "02:00:00:00:00:01"}
+	w2: {address: "10.0.1.2", mac: "02:00:00:00:00:01"}
+}`,
+			path: "workers.nodes.w2.mac", pos: "16:33"},
+		{code: CodePoolPattern,
+			pass: haNet + `workers: pools: w: {count: 2, namePattern: "w%02d", firstAddress: "10.0.1.1"}`,
+			fail: haNet + `workers: pools: w: {count: 2, namePattern: "w", firstAddress: "10.0.1.1"}`,
+			path: "workers.pools.w.namePattern", pos: "14:44"},
+		{code: CodePoolMACs,
+			pass: haNet + `workers: pools: w: {count: 2, firstAddress: "10.0.1.1", macs: ["02:00:00:00:00:01", "02:00:00:00:00:02"]}`,
+			fail: haNet + `workers: pools: w: {count: 2, firstAddress: "10.0.1.1", macs: ["02:00:00:00:00:01"]}`,
+			path: "workers.pools.w.macs", pos: "14:63"},
+		{code: CodeLabelInvalid,
+			pass: haNet + `workers: nodes: w1: {address: "10.0.1.1", labels: tier: "db"}`,
+			fail: haNet + `workers: nodes: w1: {address: "10.0.1.1", labels: "tier!": "db"}`,
+			path: `workers.nodes.w1.labels."tier!"`, pos: "14:60"},
+		{code: CodeLabelInvalid, // reported at the taints list
+			pass: haNet + `workers: nodes: w1: {address: "10.0.1.1", taints: [{key: "dedicated", effect: "NoSchedule"}]}`,
+			fail: haNet + `workers: nodes: w1: {address: "10.0.1.1", taints: [{key: "dedicated!", effect: "NoSchedule"}]}`,
+			path: "workers.nodes.w1.taints[0]", pos: "14:51"},
+
+		// addresses
+		{code: CodeAddressParse,
+			pass: haNet + `workers: nodes: w1: address: "10.0.1.1"`,
+			fail: haNet + `workers: nodes: w1: address: "10.0.1.1/16"`,
+			path: "workers.nodes.w1.address", pos: "14:30"},
+		{code: CodeAddressNetwork,
+			pass: haNet + `workers: nodes: w1: address: "10.0.255.254"`,
+			fail: haNet + `workers: nodes: w1: address: "10.1.0.1"`,
+			path: "workers.nodes.w1.address", pos: "14:30"},
+		{code: CodeAddressFamily,
+			pass: dual + `workers: nodes: w1: {address: "10.0.1.1", secondaryAddress: "fd00::1:1"}`,
+			fail: dual + `workers: nodes: w1: {address: "10.0.1.1", secondaryAddress: "10.0.1.2"}`,
+			path: "workers.nodes.w1.secondaryAddress", pos: "9:61"},
+		{code: CodeAddressReserved,
+			pass: haNet + `workers: nodes: w1: address: "10.0.255.254"`,
+			fail: haNet + `workers: nodes: w1: address: "10.0.255.255"`,
+			path: "workers.nodes.w1.address", pos: "14:30"},
+		{code: CodeAddressDualStack,
+			pass: dual + `network: {secondaryPodCIDR: "fd01::/48", secondaryServiceCIDR: "fd02::/112"}`,
+			fail: strings.Replace(dual, `, secondaryAddress: "fd00::11"`, "", 1) +
+				`network: {secondaryPodCIDR: "fd01::/48", secondaryServiceCIDR: "fd02::/112"}`,
+			path: "controlPlane.nodes.cp1.address", pos: "7:37"},
+		{code: CodeAddressUnassigned,
+			pass: haNet + `workers: nodes: w1: address: "10.0.1.1"`,
+			fail: haNet + `workers: nodes: w1: address: "169.254.1.1"`,
+			path: "workers.nodes.w1.address", pos: "14:30"},
+
+		// networks
+		{code: CodeCIDRParse,
+			pass: haNet + `network: podCIDR: "10.244.0.0/16"`,
+			fail: haNet + `network: podCIDR: "10.244.0.1/16"`,
+			path: "network.podCIDR", pos: "14:19"},
 		{code: CodeCIDROverlap,
 			pass: ha + `network: {nodes: ["10.0.0.0/16"], podCIDR: "10.1.0.0/16"}`,
 			fail: ha + `network: {nodes: ["10.0.0.0/16"], podCIDR: "10.0.128.0/17"}`,
 			path: "network.podCIDR", pos: "13:44"},
+		{code: CodeFamilyMismatch,
+			pass: haNet + `network: serviceCIDR: "10.96.0.0/12"`,
+			fail: haNet + `network: serviceCIDR: "fd02::/112"`,
+			path: "network.serviceCIDR", pos: "14:23"},
+		{code: CodeDualStackPair,
+			pass: dual + `network: {secondaryPodCIDR: "fd01::/48", secondaryServiceCIDR: "fd02::/112"}`,
+			fail: dual + `network: {secondaryPodCIDR: "fd01::/48"}`,
+			path: "network.secondaryPodCIDR", pos: "9:29"},
+		{code: CodeDualStackPair, // a secondary range of the primary's family
+			pass: dual + `network: {secondaryPodCIDR: "fd01::/48", secondaryServiceCIDR: "fd02::/112"}`,
+			fail: dual + `network: {secondaryPodCIDR: "10.245.0.0/16", secondaryServiceCIDR: "fd02::/112"}`,
+			path: "network.secondaryPodCIDR", pos: "9:29"},
+		{code: CodePodCIDRFull, // 3 nodes in 4 node ranges, then in 2
+			pass: haNet + `network: podCIDR: "10.244.0.0/22"`,
+			fail: haNet + `network: podCIDR: "10.244.0.0/23"`,
+			path: "network.podCIDR", pos: "14:19"},
+		{code: CodePodCIDRHeadroom, // 32 node ranges: 25 nodes leave 21 %, 26 leave 18 %
+			pass: haNet + `network: podCIDR: "10.244.0.0/19"
+workers: pools: w: {count: 22, firstAddress: "10.0.1.1"}`,
+			fail: haNet + `network: podCIDR: "10.244.0.0/19"
+workers: pools: w: {count: 23, firstAddress: "10.0.1.1"}`,
+			path: "network.podCIDR", pos: "14:19"},
+		{code: CodeServiceCIDRSize,
+			pass: haNet + `network: serviceCIDR: "10.96.0.0/12"`,
+			fail: haNet + `network: serviceCIDR: "10.96.0.0/11"`,
+			path: "network.serviceCIDR", pos: "14:23"},
+		{code: CodeDNSIPOutside,
+			pass: haNet + `network: dnsServiceIP: "10.96.0.10"`,
+			fail: haNet + `network: dnsServiceIP: "10.112.0.10"`,
+			path: "network.dnsServiceIP", pos: "14:24"},
+		{code: CodeDNSIPOutside, // the broadcast address of an IPv4 service CIDR is never allocated
+			pass: haNet + `network: dnsServiceIP: "10.111.255.254"`,
+			fail: haNet + `network: dnsServiceIP: "10.111.255.255"`,
+			path: "network.dnsServiceIP", pos: "14:24"},
+		{code: CodeDNSIPFirst,
+			pass: haNet + `network: dnsServiceIP: "10.96.0.10"`,
+			fail: haNet + `network: dnsServiceIP: "10.96.0.1"`,
+			path: "network.dnsServiceIP", pos: "14:24"},
+		{code: CodeNodeMask, // the default pod CIDR is a /16
+			pass: haNet + `network: nodeCIDRMaskSize: ipv4: 18`,
+			fail: haNet + `network: nodeCIDRMaskSize: ipv4: 16`,
+			path: "network.nodeCIDRMaskSize.ipv4", pos: "14:34"},
+		{code: CodeMaxPodsRange, // a /24 node range has 254 usable addresses
+			pass: haNet + `workers: nodes: w1: {address: "10.0.1.1", capacity: maxPods: 254}`,
+			fail: haNet + `workers: nodes: w1: {address: "10.0.1.1", capacity: maxPods: 255}`,
+			path: "workers.nodes.w1.capacity.maxPods", pos: "14:62"},
+		{code: CodeDomain,
+			pass: haNet + `network: domain: "cluster.local"`,
+			fail: haNet + `network: domain: "cluster_local"`,
+			path: "network.domain", pos: "14:18"},
+		{code: CodeNodeNetworkFamly, // IPv6 nodes, default IPv4 pod and service CIDRs
+			pass: v6 + `network: {podCIDR: "fd01::/48", serviceCIDR: "fd02::/112"}`,
+			fail: v6,
+			path: "network.nodes", pos: "8:17"},
+
+		// etcd
+		{code: CodeEtcdEven, // 3 stacked members, then 4
+			pass: haNet,
+			fail: haNet + `controlPlane: nodes: cp4: {address: "10.0.0.14", zone: "d"}`,
+			path: "controlPlane.nodes", pos: "8:22"},
+		{code: CodeEtcdSingle, // 3 stacked members, then 1
+			pass: haNet,
+			fail: one,
+			path: "controlPlane.nodes", pos: "7:22"},
+		{code: CodeEtcdStackedNode,
+			pass: haNet + `etcd: members: {cp1: {}, cp2: {}, cp3: {}}`,
+			fail: haNet + `etcd: members: {cp1: {}, cp2: {}, cp4: {}}`,
+			path: "etcd.members.cp4", pos: "14:40"},
+		{code: CodeEtcdNoAddress,
+			pass: haNet + `etcd: {topology: "external", members: {e1: address: "10.0.0.21", e2: address: "10.0.0.22", e3: address: "10.0.0.23"}}`,
+			fail: haNet + `etcd: {topology: "external", members: {e1: address: "10.0.0.21", e2: address: "10.0.0.22", e3: {}}}`,
+			path: "etcd.members.e3", pos: "14:96"},
+		{code: CodeEtcdZone, // zones a, b, c, then a, b, a
+			pass: haNet,
+			fail: strings.Replace(haNet, `zone: "c"`, `zone: "a"`, 1),
+			path: "controlPlane.nodes.cp1.zone", pos: "9:36"},
+		{code: CodeEtcdZone, // listed stacked members take their zones from their nodes
+			pass: haNet + `etcd: members: {cp1: {}, cp2: {}, cp3: {}}`,
+			fail: strings.Replace(haNet, `zone: "c"`, `zone: "a"`, 1) + `etcd: members: {cp1: {}, cp2: {}, cp3: {}}`,
+			path: "controlPlane.nodes.cp1.zone", pos: "9:36"},
+		{code: CodeEtcdRack,
+			pass: haNet + `controlPlane: nodes: {cp1: rack: "r1", cp2: rack: "r2", cp3: rack: "r3"}`,
+			fail: haNet + `controlPlane: nodes: {cp1: rack: "r1", cp2: rack: "r1", cp3: rack: "r3"}`,
+			path: "controlPlane.nodes.cp1.rack", pos: "14:34"},
+		{code: CodeEtcdNoMembers,
+			pass: haNet + externalEtcd(3),
+			fail: haNet + `etcd: topology: "external"`,
+			path: "etcd.topology", pos: "14:17"},
+		{code: CodeEtcdTooMany, // 7 members, then 9
+			pass: haNet + externalEtcd(7),
+			fail: haNet + externalEtcd(9),
+			path: "etcd.members", pos: "14:39"},
+		{code: CodeEtcdStackedAddr, // reported at the first value that belongs on the node
+			pass: haNet + `etcd: members: {cp1: {}, cp2: {}, cp3: {}}`,
+			fail: haNet + `etcd: members: {cp1: {zone: "a"}, cp2: {}, cp3: {}}`,
+			path: "etcd.members.cp1.zone", pos: "14:29"},
+
+		// control plane
+		{code: CodeNoControlPlane, // nothing is written under controlPlane: reported at the package clause
+			pass: one + `workers: nodes: w1: address: "10.0.1.1"`,
+			fail: strings.Replace(one, `controlPlane: nodes: cp1: address: "10.0.0.11"`, `workers: nodes: w1: address: "10.0.1.1"`, 1),
+			path: "controlPlane.nodes", pos: "1:1"},
+		{code: CodeEndpointRequired,
+			pass: haNet,
+			fail: strings.Replace(haNet, `controlPlane: endpoint: address: "10.0.0.10"`, `// no endpoint`, 1),
+			path: "controlPlane.nodes", pos: "8:22"},
+		{code: CodeEndpointIsNode,
+			pass: haNet,
+			fail: strings.Replace(haNet, `"10.0.0.10"`, `"10.0.0.11"`, 1),
+			path: "controlPlane.endpoint.address", pos: "7:34"},
+		{code: CodeEndpointShape, // both, reported at the first of the endpoint's two values
+			pass: haNet,
+			fail: haNet + `controlPlane: endpoint: host: "api.example.com"`,
+			path: "controlPlane.endpoint", pos: "7:25"},
+		{code: CodeEndpointShape, // neither address nor host
+			pass: haNet + `controlPlane: endpoint: port: 443`,
+			fail: strings.Replace(haNet, `address: "10.0.0.10"`, `port: 443`, 1),
+			path: "controlPlane.endpoint", pos: "7:25"},
+		{code: CodeEndpointInvalid, // a port does not belong in the address
+			pass: haNet,
+			fail: strings.Replace(haNet, `"10.0.0.10"`, `"10.0.0.10:6443"`, 1),
+			path: "controlPlane.endpoint.address", pos: "7:34"},
+		{code: CodeEndpointInvalid,
+			pass: strings.Replace(haNet, `address: "10.0.0.10"`, `host: "api.example.com"`, 1),
+			fail: strings.Replace(haNet, `address: "10.0.0.10"`, `host: "api_example.com"`, 1),
+			path: "controlPlane.endpoint.host", pos: "7:31"},
+		{code: CodeExtraSAN,
+			pass: haNet + `controlPlane: apiServer: extraSANs: ["lb.example.com"]`,
+			fail: haNet + `controlPlane: apiServer: extraSANs: ["https://lb.example.com"]`,
+			path: "controlPlane.apiServer.extraSANs[0]", pos: "14:37"},
+
+		// versions
+		{code: CodeK8sUnsupported, ownVersion: true,
+			pass: haNet + `kubernetes: version: "1.37.2"`,
+			fail: haNet + `kubernetes: version: "1.38.0"`,
+			path: "kubernetes.version", pos: "14:22"},
+		{code: CodeKubeletNewer, // a newer patch of the API server's minor is within the skew policy
+			pass: haNet + `workers: nodes: w1: {address: "10.0.1.1", kubeletVersion: "1.37.3"}`,
+			fail: haNet + `workers: nodes: w1: {address: "10.0.1.1", kubeletVersion: "1.38.0"}`,
+			path: "workers.nodes.w1.kubeletVersion", pos: "14:59"},
+		{code: CodeKubeletOld, // 3 minors older than the API server, then 4
+			pass: haNet + `kubernetes: components: kubelet: "1.34.0"`,
+			fail: haNet + `kubernetes: components: kubelet: "1.33.9"`,
+			path: "kubernetes.components.kubelet", pos: "14:34"},
+		{code: CodeKubeProxyNewer,
+			pass: haNet + `kubernetes: components: kubeProxy: "1.37.3"`,
+			fail: haNet + `kubernetes: components: kubeProxy: "1.38.0"`,
+			path: "kubernetes.components.kubeProxy", pos: "14:36"},
+		{code: CodeKubeProxyOld,
+			pass: haNet + `kubernetes: components: kubeProxy: "1.34.0"`,
+			fail: haNet + `kubernetes: components: kubeProxy: "1.33.9"`,
+			path: "kubernetes.components.kubeProxy", pos: "14:36"},
+		{code: CodeControlPlaneMix, // another patch release is fine, another minor is not
+			pass: haNet + `kubernetes: components: controllerManager: "1.37.0"`,
+			fail: haNet + `kubernetes: components: controllerManager: "1.36.5"`,
+			path: "kubernetes.components.controllerManager", pos: "14:44"},
+		{code: CodeControlPlaneMix, // the API server off kubernetes.version's minor
+			pass: haNet + `kubernetes: components: apiServer: "1.37.0"`,
+			fail: haNet + `kubernetes: components: apiServer: "1.36.9"`,
+			path: "kubernetes.components.apiServer", pos: "14:36"},
+		{code: CodeEtcdVersion, // Kubernetes 1.37 needs etcd 3.6 or 3.7
+			pass: haNet + `etcd: version: "3.6.0"`,
+			fail: haNet + `etcd: version: "3.5.21"`,
+			path: "etcd.version", pos: "14:16"},
+
+		// runtime
+		{code: CodeDockerEngine,
+			pass: haNet + `runtime: engine: "containerd"`,
+			fail: haNet + `runtime: engine: "docker"`,
+			path: "runtime.engine", pos: "14:18"},
+		{code: CodeCgroupDriver, // the runtime defaults to systemd
+			pass: haNet + `kubelet: cgroupDriver: "systemd"`,
+			fail: haNet + `kubelet: cgroupDriver: "cgroupfs"`,
+			path: "kubelet.cgroupDriver", pos: "14:24"},
+
+		// CNI and kube-proxy
+		{code: CodeFlannelPolicy, // flannel is the default plugin
+			pass: haNet + `network: {networkPolicy: true, cni: plugin: "calico"}`,
+			fail: haNet + `network: {networkPolicy: true}`,
+			path: "network.networkPolicy", pos: "14:26"},
+		{code: CodeKPRNeedsNone,
+			pass: haNet + `network: {cni: {plugin: "cilium", kubeProxyReplacement: true}, kubeProxy: mode: "none"}`,
+			fail: haNet + `network: {cni: {plugin: "cilium", kubeProxyReplacement: true}}`,
+			path: "network.cni.kubeProxyReplacement", pos: "14:57"},
+		{code: CodeNoneNeedsKPR,
+			pass: haNet + `network: {cni: {plugin: "cilium", kubeProxyReplacement: true}, kubeProxy: mode: "none"}`,
+			fail: haNet + `network: {cni: {plugin: "cilium"}, kubeProxy: mode: "none"}`,
+			path: "network.kubeProxy.mode", pos: "14:53"},
+		{code: CodePodMTU, // 1500 minus 50 bytes of VXLAN
+			pass: haNet + `network: cni: mtu: 1450`,
+			fail: haNet + `network: cni: mtu: 1451`,
+			path: "network.cni.mtu", pos: "14:20"},
+		{code: CodeKPRNotCilium,
+			pass: haNet + `network: cni: {plugin: "calico", kubeProxyReplacement: false}`,
+			fail: haNet + `network: cni: {plugin: "calico", kubeProxyReplacement: true}`,
+			path: "network.cni.kubeProxyReplacement", pos: "14:56"},
+		{code: CodeFlannelWireGuard,
+			pass: haNet + `network: cni: mode: "wireguard"`,
+			fail: haNet + `network: cni: wireguard: true`,
+			path: "network.cni.wireguard", pos: "14:26"},
+		{code: CodeL2Mode,
+			pass: ha + `network: {nodes: ["10.0.0.0/16", "10.1.0.0/16"], cni: mode: "vxlan"}
+workers: nodes: w1: address: "10.1.0.1"`,
+			fail: ha + `network: {nodes: ["10.0.0.0/16", "10.1.0.0/16"], cni: mode: "host-gw"}
+workers: nodes: w1: address: "10.1.0.1"`,
+			path: "network.cni.mode", pos: "13:61"},
+		{code: CodeL2Mode, // one network per family is one segment; a second IPv4 one is not
+			pass: dual + `network: cni: {plugin: "cilium", mode: "native"}`,
+			fail: strings.Replace(dual, `"fd00::/64"`, `"fd00::/64", "10.1.0.0/16"`, 1) + `network: cni: {plugin: "cilium", mode: "native"}
+workers: nodes: w1: address: "10.1.0.1"`,
+			path: "network.cni.mode", pos: "9:40"},
+
+		// storage
+		{code: CodeNoDefaultClass,
+			pass: haNet + rbd + `storage: classes: fast: {driver: "rbd.csi.ceph.com", default: true}`,
+			fail: haNet + rbd + `storage: classes: fast: {driver: "rbd.csi.ceph.com"}`,
+			path: "storage.classes", pos: "15:19"},
+		{code: CodeManyDefaults,
+			pass: haNet + rbd + `storage: classes: {
+	fast: {driver: "rbd.csi.ceph.com", default: true}
+	slow: {driver: "rbd.csi.ceph.com", default: false}
+}`,
+			fail: haNet + rbd + `storage: classes: {
+	fast: {driver: "rbd.csi.ceph.com", default: true}
+	slow: {driver: "rbd.csi.ceph.com", default: true}
+}`,
+			path: "storage.classes.fast.default", pos: "16:46"},
+		{code: CodeUnknownDriver,
+			pass: haNet + rbd + `storage: classes: fast: {driver: "rbd.csi.ceph.com", default: true}`,
+			fail: haNet + rbd + `storage: classes: fast: {driver: "rbd.csi.ceph.io", default: true}`,
+			path: "storage.classes.fast.driver", pos: "15:34"},
+		{code: CodeTopologyBinding, // volumeBindingMode defaults to Immediate: reported at the class
+			pass: haNet + `storage: {
+	drivers: "ebs.csi.aws.com": topologyAware: true
+	classes: gp3: {driver: "ebs.csi.aws.com", default: true, volumeBindingMode: "WaitForFirstConsumer"}
+}`,
+			fail: haNet + `storage: {
+	drivers: "ebs.csi.aws.com": topologyAware: true
+	classes: gp3: {driver: "ebs.csi.aws.com", default: true}
+}`,
+			path: "storage.classes.gp3.volumeBindingMode", pos: "16:16"},
+		{code: CodeDriverName,
+			pass: haNet + `storage: drivers: "rbd.csi.ceph.com": {}`,
+			fail: haNet + `storage: drivers: "RBD.csi.ceph.com": {}`,
+			path: `storage.drivers."RBD.csi.ceph.com"`, pos: "14:39"},
+		{code: CodeStorageClassName,
+			pass: haNet + rbd + `storage: classes: fast: {driver: "rbd.csi.ceph.com", default: true}`,
+			fail: haNet + rbd + `storage: classes: Fast: {driver: "rbd.csi.ceph.com", default: true}`,
+			path: "storage.classes.Fast", pos: "15:25"},
+
+		// PKI
+		{code: CodeRSAWeak,
+			pass: haNet + `pki: keyAlgorithm: "RSA-2048"`,
+			fail: haNet + `pki: keyAlgorithm: "RSA-1024"`,
+			path: "pki.keyAlgorithm", pos: "14:20"},
+		{code: CodeRSASize,
+			pass: haNet + `pki: keyAlgorithm: "RSA-4096"`,
+			fail: haNet + `pki: keyAlgorithm: "RSA-8192"`,
+			path: "pki.keyAlgorithm", pos: "14:20"},
+		{code: CodeLeafOutlivesCA, // the CA is valid 10y, 3650 days
+			pass: haNet + `pki: leafValidity: "3650d"`,
+			fail: haNet + `pki: leafValidity: "3651d"`,
+			path: "pki.leafValidity", pos: "14:20"},
+		{code: CodeZeroValidity,
+			pass: haNet + `pki: leafValidity: "1d"`,
+			fail: haNet + `pki: leafValidity: "0d"`,
+			path: "pki.leafValidity", pos: "14:20"},
 	}
 }
 
 func TestChecks(t *testing.T) {
 	for i, c := range checkCases() {
 		t.Run(fmt.Sprintf("%s_%d", c.code, i), func(t *testing.T) {
-			pass := compileFiles(t, map[string]string{"spec.cue": header + c.pass})
+			h := header
+			if c.ownVersion {
+				h = ownVersionHeader
+			}
+			pass := compileFiles(t, map[string]string{"spec.cue": h + c.pass})
 			for _, d := range pass {
 				if d.Code == c.code {
 					t.Errorf("passing spec raised %s", line(d))
 				}
 			}
-			fail := compileFiles(t, map[string]string{"spec.cue": header + c.fail})
+			fail := compileFiles(t, map[string]string{"spec.cue": h + c.fail})
 			found := false
 			for _, d := range fail {
 				if d.Code == c.code && d.Path == c.path && d.Primary().String() == "spec.cue:"+c.pos {

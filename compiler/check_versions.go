@@ -89,6 +89,12 @@ func checkVersions(m *model) {
 		{"kubernetes.components.controllerManager", "kube-controller-manager", k.Components.ControllerManager},
 		{"kubernetes.components.scheduler", "kube-scheduler", k.Components.Scheduler},
 	} {
+		// A component left out takes kubernetes.version, which the API
+		// server is checked against below: comparing it again would repeat
+		// that diagnostic at a value the user did not write.
+		if !m.written(c.path) {
+			continue
+		}
 		cv := parseVersion(c.v)
 		if cv.major != api.major || cv.minor != api.minor {
 			m.report(CodeControlPlaneMix, c.path, fmt.Sprintf("%s %s is not on the API server's minor version %d.%d", c.name, c.v, api.major, api.minor),
@@ -100,9 +106,14 @@ func checkVersions(m *model) {
 			"kubernetes.version names the control plane's release: keep the API server on its minor", "kubernetes.version")
 	}
 	skew := func(path, name, v, newer, older string) {
+		if !m.written(path) {
+			return // left out, it is kubernetes.version: see above
+		}
 		cv := parseVersion(v)
 		switch {
-		case cv.compare(api) > 0:
+		// The skew policy counts minor versions: a newer patch release of
+		// the API server's minor is supported (kubeadm compares minors too).
+		case cv.compare(semver{api.major, api.minor, cv.patch}) > 0:
 			m.report(newer, path, fmt.Sprintf("%s %s is newer than the API server %s", name, v, api),
 				"upgrade the API server first; components may not be newer than it")
 		case cv.major != api.major || api.minor-cv.minor > 3:
@@ -126,8 +137,11 @@ func checkVersions(m *model) {
 			continue
 		}
 		if ev.compare(r.min) < 0 || ev.compare(r.max) >= 0 {
-			m.report(CodeEtcdVersion, "etcd.version", fmt.Sprintf("etcd %s is not supported with Kubernetes 1.%d (supported: %s up to, not including, %d.%d)", ev, api.minor, r.min, r.max.major, r.max.minor),
-				fmt.Sprintf("use etcd %s or a later patch release below %d.%d", r.min, r.max.major, r.max.minor), "kubernetes.version")
+			// etcd.version may be the schema's default, which does not
+			// follow the Kubernetes version: then report at the latter.
+			at, more := m.conflict("etcd.version", "kubernetes.version")
+			m.report(CodeEtcdVersion, at, fmt.Sprintf("etcd %s is not supported with Kubernetes 1.%d (supported: %s up to, not including, %d.%d)", ev, api.minor, r.min, r.max.major, r.max.minor),
+				fmt.Sprintf("set etcd.version to %s or a later release below %d.%d", r.min, r.max.major, r.max.minor), more...)
 		}
 	}
 }
