@@ -40,7 +40,14 @@ func (m *model) nodeNetworks() []netip.Prefix {
 
 func checkAddresses(m *model) {
 	networks := m.nodeNetworks()
-	dual := m.spec.Network.SecondaryPodCIDR != ""
+	// Warn about single-family nodes only when the cluster really is
+	// dual-stack: a secondary pod CIDR of the other family.
+	dual := false
+	if m.spec.Network.SecondaryPodCIDR != "" {
+		pod, ok1 := m.prefix("network.podCIDR", m.spec.Network.PodCIDR)
+		pod2, ok2 := m.prefix("network.secondaryPodCIDR", m.spec.Network.SecondaryPodCIDR)
+		dual = ok1 && ok2 && pod.Addr().Is4() != pod2.Addr().Is4()
+	}
 	once := map[string]bool{}
 	first := func(key string) bool {
 		if once[key] {

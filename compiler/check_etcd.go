@@ -76,6 +76,7 @@ func quorum(n int) int { return n/2 + 1 }
 
 func checkEtcd(m *model) {
 	s := m.spec
+	invalid := false
 	if s.Etcd.Topology == "external" {
 		if len(s.Etcd.Members) == 0 {
 			m.report(CodeEtcdNoMembers, "etcd.topology", "etcd topology is external but etcd.members is empty",
@@ -94,6 +95,7 @@ func checkEtcd(m *model) {
 			if _, ok := s.ControlPlane.Nodes[name]; !ok {
 				m.report(CodeEtcdStackedNode, path, fmt.Sprintf("stacked etcd member %s is not a control-plane node", name),
 					"stacked members run on control-plane nodes: name one of "+strings.Join(sortedKeys(s.ControlPlane.Nodes), ", ")+", or use topology \"external\"")
+				invalid = true
 				continue
 			}
 			// Reported at the first field set, and naming them all, so the
@@ -113,7 +115,9 @@ func checkEtcd(m *model) {
 	}
 	members := m.etcdMembers()
 	n := len(members)
-	if n == 0 {
+	if n == 0 || invalid {
+		// Counting the members that remain would misstate the topology
+		// the user wrote.
 		return
 	}
 	where := "etcd.topology"

@@ -68,6 +68,16 @@ func isQualifiedName(s string) bool {
 	return len(name) <= 63 && qualifiedNamePat.MatchString(name)
 }
 
+// reportName reports a problem with a node's name at the key of a node
+// written one by one, or at the value of a pool's name pattern.
+func (m *model) reportName(code string, n *mnode, msg, hint string, more ...string) {
+	if n.pool == "" {
+		m.reportKey(code, namePath(n), msg, hint, more...)
+		return
+	}
+	m.report(code, namePath(n), msg, hint, more...)
+}
+
 // namePath is the spec path that gives a node its name: the key of a node
 // written one by one (it has no name field), or a pool's namePattern.
 func namePath(n *mnode) string {
@@ -103,12 +113,12 @@ func checkNames(m *model) {
 	macs := map[string]*mnode{}
 	for _, n := range m.nodes {
 		if !isDNSSubdomain(n.name) && first(CodeNodeName+n.path) {
-			m.report(CodeNodeName, namePath(n), fmt.Sprintf("node name %q is not a DNS-1123 subdomain", n.name),
+			m.reportName(CodeNodeName, n, fmt.Sprintf("node name %q is not a DNS-1123 subdomain", n.name),
 				"use lower-case letters, digits, '-' and '.', starting and ending with a letter or digit")
 		}
 		if o, dup := names[n.name]; dup {
 			if first(CodeDupName + o.path + n.path) {
-				m.report(CodeDupName, namePath(n), fmt.Sprintf("node name %q is used twice (also at %s)", n.name, o.path),
+				m.reportName(CodeDupName, n, fmt.Sprintf("node name %q is used twice (also at %s)", n.name, o.path),
 					"rename one of the nodes; every machine needs a unique name", namePath(o))
 			}
 		} else {
@@ -139,7 +149,7 @@ func checkNames(m *model) {
 		}
 		for _, k := range sortedKeys(n.spec.Labels) {
 			if !isQualifiedName(k) && first(CodeLabelInvalid+n.path+k) {
-				m.report(CodeLabelInvalid, n.fieldPath("labels."+quoteLabel(k)), fmt.Sprintf("label key %q is not a valid Kubernetes label key", k),
+				m.reportKey(CodeLabelInvalid, n.fieldPath("labels."+quoteLabel(k)), fmt.Sprintf("label key %q is not a valid Kubernetes label key", k),
 					`use an optional DNS prefix and a name of letters, digits, '-', '_' and '.', such as "example.com/tier"`)
 			}
 		}

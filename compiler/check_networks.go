@@ -8,19 +8,19 @@ import (
 )
 
 const (
-	CodeCIDRParse        = "KC0301"
-	CodeCIDROverlap      = "KC0302"
-	CodeFamilyMismatch   = "KC0303"
-	CodeDualStackPair    = "KC0304"
-	CodePodCIDRFull      = "KC0305"
-	CodePodCIDRHeadroom  = "KC0306"
-	CodeServiceCIDRSize  = "KC0307"
-	CodeDNSIPOutside     = "KC0308"
-	CodeDNSIPFirst       = "KC0309"
-	CodeNodeMask         = "KC0310"
-	CodeMaxPodsRange     = "KC0311"
-	CodeDomain           = "KC0312"
-	CodeNodeNetworkFamly = "KC0313"
+	CodeCIDRParse         = "KC0301"
+	CodeCIDROverlap       = "KC0302"
+	CodeFamilyMismatch    = "KC0303"
+	CodeDualStackPair     = "KC0304"
+	CodePodCIDRFull       = "KC0305"
+	CodePodCIDRHeadroom   = "KC0306"
+	CodeServiceCIDRSize   = "KC0307"
+	CodeDNSIPOutside      = "KC0308"
+	CodeDNSIPFirst        = "KC0309"
+	CodeNodeMask          = "KC0310"
+	CodeMaxPodsRange      = "KC0311"
+	CodeDomain            = "KC0312"
+	CodeNodeNetworkFamily = "KC0313"
 )
 
 func networksFamily() family {
@@ -37,7 +37,7 @@ func networksFamily() family {
 		rule(CodeNodeMask, diag.Error, "the node CIDR mask size is not longer than the pod CIDR's prefix"),
 		rule(CodeMaxPodsRange, diag.Error, "a node's maxPods exceeds the addresses of its pod range"),
 		rule(CodeDomain, diag.Error, "the cluster domain is not a DNS name"),
-		rule(CodeNodeNetworkFamly, diag.Error, "no node network of the primary IP family of pods and services"),
+		rule(CodeNodeNetworkFamily, diag.Error, "no node network of the primary IP family of pods and services"),
 	}}
 }
 
@@ -91,8 +91,13 @@ func checkNetworks(m *model) {
 			if (isVIP(a) && isNodeNet(b)) || (isVIP(b) && isNodeNet(a)) {
 				continue
 			}
-			m.report(CodeCIDROverlap, b.path, fmt.Sprintf("%s overlaps %s", b.name, a.name),
-				"every range must be disjoint, or packets are routed to the wrong place: move one of them", a.path)
+			at, more := m.conflict(b.path, a.path)
+			first, second := b.name, a.name
+			if at != b.path {
+				first, second = a.name, b.name
+			}
+			m.report(CodeCIDROverlap, at, fmt.Sprintf("%s overlaps %s", first, second),
+				"every range must be disjoint, or packets are routed to the wrong place: move one of them", more...)
 		}
 	}
 
@@ -103,6 +108,14 @@ func checkNetworks(m *model) {
 		m.report(CodeFamilyMismatch, at, fmt.Sprintf("service CIDR %s is %s but pod CIDR %s is %s", svc, familyOf(svc.Addr()), pod, familyOf(pod.Addr())),
 			"the primary pod and service CIDRs must be of one family; put the other family in secondaryPodCIDR and secondaryServiceCIDR", more...)
 	}
+	if pod2OK && podOK && pod2.Addr().Is4() == pod.Addr().Is4() {
+		m.report(CodeDualStackPair, "network.secondaryPodCIDR", fmt.Sprintf("secondary pod CIDR %s is of the same family as pod CIDR %s", pod2, pod),
+			"the secondary ranges hold the other IP family", "network.podCIDR")
+	}
+	if svc2OK && svcOK && svc2.Addr().Is4() == svc.Addr().Is4() {
+		m.report(CodeDualStackPair, "network.secondaryServiceCIDR", fmt.Sprintf("secondary service CIDR %s is of the same family as service CIDR %s", svc2, svc),
+			"the secondary ranges hold the other IP family", "network.serviceCIDR")
+	}
 	switch {
 	case (n.SecondaryPodCIDR == "") != (n.SecondaryServiceCIDR == ""):
 		have, missing := "network.secondaryPodCIDR", "secondaryServiceCIDR"
@@ -111,12 +124,6 @@ func checkNetworks(m *model) {
 		}
 		m.report(CodeDualStackPair, have, "dual-stack needs a secondary pod CIDR and a secondary service CIDR; only one is set",
 			"set "+missing+" too, or remove "+have[len("network."):]+" for a single-stack cluster")
-	case pod2OK && podOK && pod2.Addr().Is4() == pod.Addr().Is4():
-		m.report(CodeDualStackPair, "network.secondaryPodCIDR", fmt.Sprintf("secondary pod CIDR %s is of the same family as pod CIDR %s", pod2, pod),
-			"the secondary ranges hold the other IP family", "network.podCIDR")
-	case svc2OK && svcOK && svc2.Addr().Is4() == svc.Addr().Is4():
-		m.report(CodeDualStackPair, "network.secondaryServiceCIDR", fmt.Sprintf("secondary service CIDR %s is of the same family as service CIDR %s", svc2, svc),
-			"the secondary ranges hold the other IP family", "network.serviceCIDR")
 	}
 
 	// Every node of a family needs somewhere to live.
@@ -128,7 +135,7 @@ func checkNetworks(m *model) {
 			}
 		}
 		if !found && len(n.Nodes) > 0 {
-			m.report(CodeNodeNetworkFamly, "network.nodes", fmt.Sprintf("pods are %s but no node network is", familyOf(pod.Addr())),
+			m.report(CodeNodeNetworkFamily, "network.nodes", fmt.Sprintf("pods are %s but no node network is", familyOf(pod.Addr())),
 				"add a node network of the pods' family to network.nodes, or change podCIDR and serviceCIDR")
 		}
 	}
@@ -206,8 +213,9 @@ func checkPodCapacity(m *model, path string, p netip.Prefix, ok bool, nodes int,
 		maskPath, mask = "network.nodeCIDRMaskSize.ipv6", m.spec.Network.NodeCIDRMaskSize.IPv6
 	}
 	if mask <= p.Bits() || mask > p.Addr().BitLen() {
-		m.report(CodeNodeMask, maskPath, fmt.Sprintf("node CIDR mask size /%d does not split pod CIDR %s into node ranges", mask, p),
-			fmt.Sprintf("use a mask size between /%d and /%d", p.Bits()+1, p.Addr().BitLen()), path)
+		at, more := m.conflict(maskPath, path)
+		m.report(CodeNodeMask, at, fmt.Sprintf("node CIDR mask size /%d does not split pod CIDR %s into node ranges", mask, p),
+			fmt.Sprintf("use a mask size between /%d and /%d, or a wider pod CIDR", p.Bits()+1, p.Addr().BitLen()), more...)
 		return
 	}
 	capacity := subnets(p, mask)
@@ -222,13 +230,29 @@ func checkPodCapacity(m *model, path string, p netip.Prefix, ok bool, nodes int,
 	if bits := p.Addr().BitLen() - mask; bits < 30 {
 		// Kubernetes reserves no addresses in a node range, but the
 		// network and broadcast addresses of an IPv4 range are not usable
-		// by most CNI plugins' IPAM.
+		// by most CNI plugins' IPAM; an IPv6 range loses its first
+		// (subnet-router anycast) address.
 		usable := int(1<<bits) - 2
+		if !p.Addr().Is4() {
+			usable = int(1<<bits) - 1
+		}
+		// A maxPods the user wrote is reported where they wrote it; the
+		// default is reported once, at the mask that makes it too many.
+		defaulted := 0
 		for _, src := range sortedKeys(maxPods) {
-			if maxPods[src] > usable {
-				m.report(CodeMaxPodsRange, src+".capacity.maxPods", fmt.Sprintf("maxPods %d exceeds the %d usable addresses of a /%d node range", maxPods[src], usable, mask),
-					"lower maxPods or shorten the node mask size", maskPath)
+			if maxPods[src] <= usable {
+				continue
 			}
+			if at := src + ".capacity.maxPods"; m.written(at) {
+				m.report(CodeMaxPodsRange, at, fmt.Sprintf("maxPods %d exceeds the %d usable addresses of a /%d node range", maxPods[src], usable, mask),
+					"lower maxPods or shorten the node mask size", maskPath)
+			} else {
+				defaulted = maxPods[src]
+			}
+		}
+		if defaulted > 0 {
+			m.report(CodeMaxPodsRange, maskPath, fmt.Sprintf("a /%d node range has %d usable addresses, fewer than the default maxPods %d", mask, usable, defaulted),
+				"shorten the node mask size, or set capacity.maxPods on the nodes and pools")
 		}
 	}
 }

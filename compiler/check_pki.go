@@ -47,8 +47,11 @@ func parseValidity(s string) time.Duration {
 func checkPKI(m *model) {
 	p := m.spec.PKI
 	if bits, ok := strings.CutPrefix(p.KeyAlgorithm, "RSA-"); ok {
-		n, _ := strconv.Atoi(bits)
+		n, err := strconv.Atoi(bits)
 		switch {
+		case err != nil:
+			m.report(CodeRSASize, "pki.keyAlgorithm", fmt.Sprintf("RSA key size %s is not supported", bits),
+				`use "RSA-2048", "RSA-3072" or "RSA-4096"`)
 		case n < 2048:
 			m.report(CodeRSAWeak, "pki.keyAlgorithm", fmt.Sprintf("RSA keys of %d bits can be factored; Kubernetes and NIST require at least 2048", n),
 				`use "ECDSA-P256" (the default), "RSA-2048", "RSA-3072" or "RSA-4096"`)

@@ -31,7 +31,7 @@ func checkStorage(m *model) {
 	st := m.spec.Storage
 	for _, name := range sortedKeys(st.Drivers) {
 		if !isDNSSubdomain(name) || len(name) > 63 {
-			m.report(CodeDriverName, "storage.drivers."+quoteLabel(name), fmt.Sprintf("CSI driver name %q is not a DNS-1123 subdomain of at most 63 characters", name),
+			m.reportKey(CodeDriverName, "storage.drivers."+quoteLabel(name), fmt.Sprintf("CSI driver name %q is not a DNS-1123 subdomain of at most 63 characters", name),
 				`use the driver's registered name, such as "rbd.csi.ceph.com"`)
 		}
 	}
@@ -40,7 +40,7 @@ func checkStorage(m *model) {
 		c := st.Classes[name]
 		path := "storage.classes." + quoteLabel(name)
 		if !isDNSSubdomain(name) {
-			m.report(CodeStorageClassName, path, fmt.Sprintf("StorageClass name %q is not a DNS-1123 subdomain", name),
+			m.reportKey(CodeStorageClassName, path, fmt.Sprintf("StorageClass name %q is not a DNS-1123 subdomain", name),
 				"use lower-case letters, digits, '-' and '.'")
 		}
 		if c.Default {

@@ -95,7 +95,7 @@ func checkCases() []checkCase {
 		{code: CodeNodeName, // reported at the node's key: a node has no name field
 			pass: haNet + `workers: nodes: w1: address: "10.0.1.1"`,
 			fail: haNet + `workers: nodes: W1: address: "10.0.1.1"`,
-			path: "workers.nodes.W1", pos: "14:21"},
+			path: "workers.nodes.W1", pos: "14:17"},
 		{code: CodeDupName, // the pool's nodes cp1 and cp2 clash with the control plane's
 			pass: haNet + `workers: pools: w: {count: 2, namePattern: "w%d", firstAddress: "10.0.1.1"}`,
 			fail: haNet + `workers: pools: w: {count: 2, namePattern: "cp%d", firstAddress: "10.0.1.1"}`,
@@ -125,11 +125,11 @@ func checkCases() []checkCase {
 		{code: CodeLabelInvalid,
 			pass: haNet + `workers: nodes: w1: {address: "10.0.1.1", labels: tier: "db"}`,
 			fail: haNet + `workers: nodes: w1: {address: "10.0.1.1", labels: "tier!": "db"}`,
-			path: `workers.nodes.w1.labels."tier!"`, pos: "14:60"},
-		{code: CodeLabelInvalid, // reported at the taints list
+			path: `workers.nodes.w1.labels."tier!"`, pos: "14:51"},
+		{code: CodeLabelInvalid, // reported at the taint
 			pass: haNet + `workers: nodes: w1: {address: "10.0.1.1", taints: [{key: "dedicated", effect: "NoSchedule"}]}`,
 			fail: haNet + `workers: nodes: w1: {address: "10.0.1.1", taints: [{key: "dedicated!", effect: "NoSchedule"}]}`,
-			path: "workers.nodes.w1.taints[0]", pos: "14:51"},
+			path: "workers.nodes.w1.taints[0]", pos: "14:52"},
 
 		// addresses
 		{code: CodeAddressParse,
@@ -217,7 +217,7 @@ workers: pools: w: {count: 23, firstAddress: "10.0.1.1"}`,
 			pass: haNet + `network: domain: "cluster.local"`,
 			fail: haNet + `network: domain: "cluster_local"`,
 			path: "network.domain", pos: "14:18"},
-		{code: CodeNodeNetworkFamly, // IPv6 nodes, default IPv4 pod and service CIDRs
+		{code: CodeNodeNetworkFamily, // IPv6 nodes, default IPv4 pod and service CIDRs
 			pass: v6 + `network: {podCIDR: "fd01::/48", serviceCIDR: "fd02::/112"}`,
 			fail: v6,
 			path: "network.nodes", pos: "8:17"},
@@ -296,7 +296,7 @@ workers: pools: w: {count: 23, firstAddress: "10.0.1.1"}`,
 		{code: CodeExtraSAN,
 			pass: haNet + `controlPlane: apiServer: extraSANs: ["lb.example.com"]`,
 			fail: haNet + `controlPlane: apiServer: extraSANs: ["https://lb.example.com"]`,
-			path: "controlPlane.apiServer.extraSANs[0]", pos: "14:37"},
+			path: "controlPlane.apiServer.extraSANs[0]", pos: "14:38"},
 
 		// versions
 		{code: CodeK8sUnsupported, ownVersion: true,
@@ -411,11 +411,11 @@ workers: nodes: w1: address: "10.1.0.1"`,
 		{code: CodeDriverName,
 			pass: haNet + `storage: drivers: "rbd.csi.ceph.com": {}`,
 			fail: haNet + `storage: drivers: "RBD.csi.ceph.com": {}`,
-			path: `storage.drivers."RBD.csi.ceph.com"`, pos: "14:39"},
+			path: `storage.drivers."RBD.csi.ceph.com"`, pos: "14:19"},
 		{code: CodeStorageClassName,
 			pass: haNet + rbd + `storage: classes: fast: {driver: "rbd.csi.ceph.com", default: true}`,
 			fail: haNet + rbd + `storage: classes: Fast: {driver: "rbd.csi.ceph.com", default: true}`,
-			path: "storage.classes.Fast", pos: "15:25"},
+			path: "storage.classes.Fast", pos: "15:19"},
 
 		// PKI
 		{code: CodeRSAWeak,

@@ -37,6 +37,8 @@ type loaded struct {
 	def     cue.Value
 	// written maps a path to the positions the user wrote it at.
 	written map[string][]token.Pos
+	// labels maps a path to the positions of its field label.
+	labels map[string][]token.Pos
 	// firstFile is the first spec file, for diagnostics about the spec as a
 	// whole.
 	firstFile string
@@ -88,15 +90,29 @@ func loadSpec(ctx *cue.Context, src Source) (*loaded, diag.List) {
 		}
 		return nil, diags
 	}
+	var orphans diag.List
+	for _, f := range append(inst.OrphanedFiles, inst.IgnoredFiles...) {
+		if strings.HasSuffix(f.Filename, ".cue") {
+			// The loader leaves out a file without a package clause
+			// silently; its settings would vanish from the cluster.
+			orphans.Add(diag.Diagnostic{Code: CodeLoad, Severity: diag.Error,
+				Message:   fmt.Sprintf("spec file %s is not part of the spec's package", filepath.Base(f.Filename)),
+				Positions: []diag.Pos{{File: f.Filename, Line: 1, Column: 1}},
+				Hint:      fmt.Sprintf("start it with the package clause of the other files (package %s)", inst.PkgName)})
+		}
+	}
+	if len(orphans) > 0 {
+		return nil, orphans
+	}
 	user := ctx.BuildInstance(inst)
-	l := &loaded{user: user, written: map[string][]token.Pos{}}
+	l := &loaded{user: user, written: map[string][]token.Pos{}, labels: map[string][]token.Pos{}}
 	if len(inst.BuildFiles) > 0 {
 		l.firstFile = inst.BuildFiles[0].Filename
 	}
 	if err := user.Err(); err != nil {
 		return nil, fromCUE(err, CodeSchema, l, "")
 	}
-	recordWritten(user, l.written)
+	recordWritten(user, l.written, l.labels)
 
 	av := user.LookupPath(cue.MakePath(cue.Str("apiVersion")))
 	if !av.Exists() {
@@ -115,7 +131,7 @@ func loadSpec(ctx *cue.Context, src Source) (*loaded, diag.List) {
 		}
 		diags.Add(diag.Diagnostic{Code: CodeAPIVersion, Severity: diag.Error, Path: "apiVersion",
 			Message:   fmt.Sprintf("unknown apiVersion %s", formatValue(av)),
-			Positions: convertPositions([]token.Pos{av.Pos()}),
+			Positions: convertPositions(valuePositions(av)),
 			Hint:      "this kcompile understands apiVersion " + strings.Join(known, ", ")})
 		return nil, diags
 	}
@@ -133,19 +149,44 @@ func loadSpec(ctx *cue.Context, src Source) (*loaded, diag.List) {
 	}
 	// CUE leaves out missing values when other errors exist; report them
 	// too, so the user sees every problem at once.
-	reported := map[string]bool{}
-	for _, d := range diags {
-		reported[d.Path] = true
-	}
 	for _, path := range missingValues(l.value) {
-		if !reported[path] {
-			diags.Add(missingDiagnostic(l, path, l.value.LookupPath(cue.ParsePath(path))))
+		v := l.value.LookupPath(cue.ParsePath(path))
+		if len(diags) > 0 && consequence(diags, path, v, l.def) {
+			continue
 		}
+		diags.Add(missingDiagnostic(l, path, v))
 	}
 	if diags.HasErrors() {
 		return nil, diags
 	}
 	return l, nil
+}
+
+// consequence reports whether a missing value at path is only the
+// consequence of an error already reported: a default that could not be
+// computed (a disjunction left open), or a field refined by a comprehension
+// over a sibling or ancestor value that is in error. Reporting those would
+// tell the user to set fields they need not touch.
+func consequence(reported diag.List, path string, v, def cue.Value) bool {
+	if op, _ := v.Expr(); op == cue.OrOp {
+		return true
+	}
+	if _, ok := schemaAt(def, cue.ParsePath(path)).Default(); ok {
+		return true
+	}
+	for _, d := range reported {
+		if d.Path == path {
+			return true
+		}
+		// An unknown field changes nothing else.
+		if strings.Contains(d.Message, "field not allowed") {
+			continue
+		}
+		if i := lastDot(d.Path); i > 0 && strings.HasPrefix(path, d.Path[:i+1]) {
+			return true
+		}
+	}
+	return false
 }
 
 // missingValues lists the paths of regular fields that have no concrete
@@ -256,15 +297,28 @@ func buildSchema(ctx *cue.Context, v schema.Version) (cue.Value, error) {
 }
 
 // recordWritten walks the user's value and records where each path was
-// written, so defaults can be told from spec values and errors that carry
-// only schema positions can point at the user's file.
-func recordWritten(v cue.Value, out map[string][]token.Pos) {
+// written (at its value) and where its label is, so defaults can be told
+// from spec values, errors that carry only schema positions can point at
+// the user's file, and problems with a key can point at the key.
+func recordWritten(v cue.Value, out, labels map[string][]token.Pos) {
 	var walk func(v cue.Value)
 	walk = func(v cue.Value) {
 		p := v.Path().String()
 		out[p] = append(out[p], valuePositions(v)...)
-		if v.IncompleteKind() == cue.StructKind {
+		if f, ok := v.Source().(*ast.Field); ok && f.Label != nil {
+			labels[p] = append(labels[p], f.Label.Pos())
+		}
+		switch v.IncompleteKind() {
+		case cue.StructKind:
 			it, err := v.Fields()
+			if err != nil {
+				return
+			}
+			for it.Next() {
+				walk(it.Value())
+			}
+		case cue.ListKind:
+			it, err := v.List()
 			if err != nil {
 				return
 			}
@@ -306,15 +360,16 @@ func valuePositions(v cue.Value) []token.Pos {
 // ancestor.
 func (l *loaded) userPositions(path string) []token.Pos {
 	for {
-		// List elements are not recorded: use the list's position.
+		if ps, ok := l.written[path]; ok && len(ps) > 0 {
+			return ps
+		}
+		// An element the user did not write (a pool's n-th MAC): use the
+		// list's position.
 		if strings.HasSuffix(path, "]") {
 			if i := strings.LastIndex(path, "["); i > 0 {
 				path = path[:i]
 				continue
 			}
-		}
-		if ps, ok := l.written[path]; ok && len(ps) > 0 {
-			return ps
 		}
 		i := lastDot(path)
 		if i < 0 {
@@ -373,6 +428,12 @@ func fromCUE(err error, code string, l *loaded, hint string) diag.List {
 				}
 			}
 		}
+		if l != nil && strings.HasPrefix(msg, "conflicting values") {
+			if m, ok := l.disagreement(path, cueerrors.Positions(e)); ok {
+				msg = m
+				d.Hint = "a value can be set only once: keep one of them, or move the other into a default with *"
+			}
+		}
 		d.Message = msg
 		if strings.Contains(msg, "incomplete value") || strings.Contains(msg, "non-concrete value") {
 			d.Code = CodeMissing
@@ -385,7 +446,7 @@ func fromCUE(err error, code string, l *loaded, hint string) diag.List {
 		d.Positions = sortPositions(convertPositions(positions))
 		if i, ok := byPath[path]; ok && path != "" {
 			out[i].Positions = append(out[i].Positions, d.Positions...)
-			if strings.HasSuffix(out[i].Message, "errors in empty disjunction:") {
+			if informativeness(d.Message) > informativeness(out[i].Message) {
 				out[i].Message, out[i].Hint = d.Message, d.Hint
 			}
 			continue
@@ -396,10 +457,93 @@ func fromCUE(err error, code string, l *loaded, hint string) diag.List {
 	return out
 }
 
+// informativeness ranks CUE messages about one path: a defaulted
+// disjunction reports a mistake once against the default ("conflicting
+// values 1500 and 9500") and once against the constraint it breaks, which
+// is the one worth showing.
+func informativeness(msg string) int {
+	switch {
+	case strings.HasSuffix(msg, "errors in empty disjunction:"):
+		return 0
+	case strings.HasPrefix(msg, "conflicting values") && !strings.Contains(msg, "mismatched types"):
+		return 1
+	case strings.Contains(msg, "mismatched types"):
+		return 2
+	}
+	return 3
+}
+
+// disagreement rewrites a conflict between two values the user wrote in
+// different places, which is no schema matter.
+func (l *loaded) disagreement(path string, ps []token.Pos) (string, bool) {
+	var user []token.Pos
+	for _, p := range ps {
+		if p.IsValid() && !strings.HasPrefix(p.Filename(), "schema/") {
+			user = append(user, p)
+		}
+	}
+	written := l.written[path]
+	if len(written) < 2 || len(user) < 2 {
+		return "", false
+	}
+	vals := make([]string, 0, len(written))
+	for _, p := range written {
+		vals = append(vals, fmt.Sprintf("%s at %s:%d:%d", l.sourceText(p), filepath.Base(p.Filename()), p.Line(), p.Column()))
+	}
+	return fmt.Sprintf("%s is set to different values: %s", path, strings.Join(vals, " and ")), true
+}
+
+// sourceText returns the literal written at p, for messages.
+func (l *loaded) sourceText(p token.Pos) string {
+	b, err := os.ReadFile(p.Filename())
+	if err != nil {
+		return "a value"
+	}
+	lines := strings.Split(string(b), "\n")
+	if p.Line() < 1 || p.Line() > len(lines) {
+		return "a value"
+	}
+	line := lines[p.Line()-1]
+	if p.Column() < 1 || p.Column() > len(line) {
+		return "a value"
+	}
+	rest := strings.TrimSpace(line[p.Column()-1:])
+	if i := strings.IndexAny(rest, ",}/"); i > 0 && !strings.HasPrefix(rest, "\"") {
+		rest = rest[:i]
+	} else if strings.HasPrefix(rest, "\"") {
+		if j := strings.Index(rest[1:], "\""); j >= 0 {
+			rest = rest[:j+2]
+		}
+	}
+	return strings.TrimSpace(rest)
+}
+
 func kindOf(msg string) string {
 	msg = strings.TrimPrefix(msg, "incomplete value ")
 	msg = strings.TrimPrefix(msg, "non-concrete value ")
 	return "expected " + msg
+}
+
+// schemaAt looks path up in the schema, following pattern constraints
+// ([string]: #Node) and list element types where the path names a key or
+// an index the schema cannot know.
+func schemaAt(def cue.Value, path cue.Path) cue.Value {
+	v := def
+	for _, sel := range path.Selectors() {
+		next := v.LookupPath(cue.MakePath(sel))
+		if !next.Exists() {
+			any := cue.AnyString
+			if sel.Type() == cue.IndexLabel {
+				any = cue.AnyIndex
+			}
+			next = v.LookupPath(cue.MakePath(any))
+		}
+		if !next.Exists() {
+			return next
+		}
+		v = next
+	}
+	return v
 }
 
 // allowedMessage explains a value that matches none of the alternatives
@@ -413,7 +557,7 @@ func (l *loaded) allowedMessage(path string) string {
 	if !got.Exists() || !got.IsConcrete() {
 		return ""
 	}
-	want := l.def.LookupPath(cue.ParsePath(path))
+	want := schemaAt(l.def, cue.ParsePath(path))
 	if !want.Exists() {
 		return ""
 	}
@@ -504,8 +648,10 @@ func hintFor(msg, path string, l *loaded) string {
 		return fmt.Sprintf("%s is not a field here; remove it or check its spelling (`kcompile explain` lists the fields)", field)
 	case strings.Contains(msg, "is not allowed here; allowed:"):
 		return "use one of the allowed values"
+	case strings.Contains(msg, "mismatched types"):
+		return "the value has the wrong type: write it as the schema declares (see the schema position)"
 	case strings.Contains(msg, "conflicting values"), strings.Contains(msg, "empty disjunction"):
-		return "the value does not match the schema: change it to one of the allowed values shown"
+		return "the value does not match the schema: see the schema position for what is allowed"
 	case strings.Contains(msg, "invalid value"), strings.Contains(msg, "out of bound"):
 		return "the value is outside what the schema allows: see the constraint at the schema position"
 	case strings.Contains(msg, "reference") && strings.Contains(msg, "not found"):

@@ -87,17 +87,45 @@ func (m *model) written(path string) bool {
 }
 
 // report adds a diagnostic for a rule. The primary path is where the
-// diagnostic is reported; more paths add their positions.
+// diagnostic is reported; more paths add their positions when the user
+// wrote them (a default has no position worth showing).
 func (m *model) report(code, path, msg, hint string, more ...string) {
+	m.reportAt(code, path, m.at(path), msg, hint, more...)
+}
+
+// reportKey is report for problems with a key (a node, driver or label
+// name): the diagnostic points at the key, not at its value.
+func (m *model) reportKey(code, path, msg, hint string, more ...string) {
+	ps := convertPositions(m.l.labels[path])
+	if len(ps) == 0 {
+		ps = m.at(path)
+	}
+	m.reportAt(code, path, ps, msg, hint, more...)
+}
+
+func (m *model) reportAt(code, path string, ps []diag.Pos, msg, hint string, more ...string) {
 	sev, ok := m.severity[code]
 	if !ok {
 		panic("kcompile bug: diagnostic code " + code + " is not in the rule table")
 	}
-	ps := m.at(path)
 	for _, p := range more {
-		ps = append(ps, m.at(p)...)
+		if m.writtenOrElement(p) {
+			ps = append(ps, m.at(p)...)
+		}
 	}
 	m.diags.Add(diag.Diagnostic{Code: code, Severity: sev, Path: path, Message: msg, Positions: ps, Hint: hint})
+}
+
+// writtenOrElement reports whether the user wrote path, or the list that
+// holds it.
+func (m *model) writtenOrElement(path string) bool {
+	if m.written(path) {
+		return true
+	}
+	if i := strings.LastIndex(path, "["); i > 0 && strings.HasSuffix(path, "]") {
+		return m.written(path[:i])
+	}
+	return false
 }
 
 // newModel decodes a validated spec and expands worker pools.
@@ -155,8 +183,9 @@ var namePatternVerb = regexp.MustCompile(`%0?[0-9]*d`)
 func (m *model) expandPool(name string, p specPool) {
 	path := "workers.pools." + quoteLabel(name)
 	pattern := p.NamePattern
-	verbs := namePatternVerb.FindAllStringIndex(pattern, -1)
-	rest := namePatternVerb.ReplaceAllString(strings.ReplaceAll(pattern, "%%", ""), "")
+	literal := strings.ReplaceAll(pattern, "%%", "")
+	verbs := namePatternVerb.FindAllStringIndex(literal, -1)
+	rest := namePatternVerb.ReplaceAllString(literal, "")
 	if len(verbs) != 1 || strings.Contains(rest, "%") {
 		m.report(CodePoolPattern, path+".namePattern",
 			fmt.Sprintf("name pattern %q must contain exactly one integer verb such as %%d or %%02d", pattern),
