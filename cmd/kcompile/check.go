@@ -5,16 +5,31 @@ import (
 
 	"github.com/kcompile/kcompile/compiler"
 	"github.com/kcompile/kcompile/compiler/ir"
+	"github.com/kcompile/kcompile/compiler/pki"
 )
 
 type checkCmd struct {
-	Dir    string `arg:"" optional:"" default:"." help:"Spec directory (a CUE package)."`
-	Output string `short:"o" enum:"text,json" default:"text" help:"Output format: text or json."`
-	Strict bool   `help:"Treat warnings as errors."`
+	Dir     string `arg:"" optional:"" default:"." help:"Spec directory (a CUE package)."`
+	Output  string `short:"o" enum:"text,json" default:"text" help:"Output format: text or json."`
+	Strict  bool   `help:"Treat warnings as errors."`
+	Secrets string `short:"s" help:"Secrets bundle: also check it against the spec (CA separation, expiry)."`
 }
 
 func (c *checkCmd) Run(e *env) error {
 	cluster, diags := compiler.Compile(compiler.Source{Dir: c.Dir})
+	if cluster != nil {
+		var b *pki.Bundle
+		if c.Secrets != "" {
+			var err error
+			if b, err = loadBundle(c.Secrets); err != nil {
+				return err
+			}
+		}
+		diags = append(diags, pki.Check(cluster, b, e.now)...).Sorted()
+		if diags.HasErrors() {
+			cluster = nil
+		}
+	}
 	if c.Strict {
 		diags = diags.Strict()
 	}

@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
+	"time"
 
 	"github.com/alecthomas/kong"
 )
@@ -28,6 +30,9 @@ const (
 type cli struct {
 	Check      checkCmd      `cmd:"" help:"Check a spec: schema errors and semantic checks, all reported at once."`
 	Explain    explainCmd    `cmd:"" help:"Show effective values of a spec and where each came from."`
+	Build      buildCmd      `cmd:"" help:"Compile a spec into a target and write it atomically to OUT/<target>."`
+	Secrets    secretsCmd    `cmd:"" help:"Create or import the secrets bundle."`
+	PKI        pkiCmd        `cmd:"" name:"pki" help:"Inspect, renew and verify the cluster's certificates."`
 	Version    versionCmd    `cmd:"" help:"Print the kcompile version and the schema versions it understands."`
 	Completion completionCmd `cmd:"" help:"Print a shell completion script (bash, zsh or fish)."`
 }
@@ -37,6 +42,8 @@ type env struct {
 	stdout, stderr io.Writer
 	// cwd makes printed positions relative to where the user stands.
 	cwd string
+	// now is the wall clock, or SOURCE_DATE_EPOCH for reproducible runs.
+	now time.Time
 	app *kong.Kong
 }
 
@@ -78,7 +85,12 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 	if err != nil {
 		cwd = ""
 	}
-	e := &env{stdout: stdout, stderr: stderr, cwd: cwd, app: parser}
+	now, err := clock()
+	if err != nil {
+		fmt.Fprintln(stderr, "kcompile:", err)
+		return exitUsage
+	}
+	e := &env{stdout: stdout, stderr: stderr, cwd: cwd, now: now, app: parser}
 	if err := kctx.Run(e); err != nil {
 		var s statusError
 		if errors.As(err, &s) {
@@ -91,6 +103,20 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 		return exitProblems
 	}
 	return exitOK
+}
+
+// clock reads the time once for the whole command. SOURCE_DATE_EPOCH
+// (seconds since 1970, the reproducible-builds convention) replaces the
+// wall clock, so that builds and tests can be repeated exactly.
+func clock() (time.Time, error) {
+	if s, ok := os.LookupEnv("SOURCE_DATE_EPOCH"); ok {
+		secs, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return time.Time{}, fmt.Errorf("SOURCE_DATE_EPOCH=%q is not a number of seconds", s)
+		}
+		return time.Unix(secs, 0).UTC(), nil
+	}
+	return time.Now().UTC(), nil
 }
 
 // statusError ends a command with a given exit status, optionally saying

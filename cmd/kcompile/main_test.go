@@ -18,8 +18,9 @@ func TestMain(m *testing.M) {
 }
 
 // TestScripts runs the CLI scripts in testdata/script. Each script starts
-// with a copy of the repository's examples in $WORK/examples, so paths in
-// expected output are short and stable.
+// with a copy of the repository's examples in $WORK/examples and of the
+// test-only secrets bundle in $WORK/secrets.json, so paths in expected
+// output are short and stable, and with SOURCE_DATE_EPOCH set.
 func TestScripts(t *testing.T) {
 	examples, err := filepath.Abs("../../examples")
 	if err != nil {
@@ -31,6 +32,15 @@ func TestScripts(t *testing.T) {
 		UpdateScripts:       os.Getenv("KCOMPILE_UPDATE") != "",
 		Cmds:                map[string]func(*testscript.TestScript, bool, []string){"status": status},
 		Setup: func(env *testscript.Env) error {
+			// Outputs that depend on the clock use 2026-06-01.
+			env.Setenv("SOURCE_DATE_EPOCH", "1780272000")
+			bundle, err := os.ReadFile(filepath.Join(examples, "..", "testdata", "test-secrets.json"))
+			if err != nil {
+				return err
+			}
+			if err := os.WriteFile(filepath.Join(env.WorkDir, "secrets.json"), bundle, 0o600); err != nil {
+				return err
+			}
 			return os.CopyFS(filepath.Join(env.WorkDir, "examples"), os.DirFS(examples))
 		},
 	})

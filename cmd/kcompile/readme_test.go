@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/kcompile/kcompile/compiler"
+	"github.com/kcompile/kcompile/compiler/pki"
 )
 
 const (
@@ -20,6 +21,9 @@ func checksTable() string {
 	b.WriteString("| Code | Severity | Family | What it catches |\n|---|---|---|---|\n")
 	for _, r := range compiler.Rules() {
 		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", r.Code, r.Severity, r.Family, strings.ReplaceAll(r.Summary, "|", "\\|"))
+	}
+	for _, r := range pki.Rules() {
+		fmt.Fprintf(&b, "| %s | %s | PKI catalogue and bundle | %s |\n", r.Code, r.Severity, strings.ReplaceAll(r.Summary, "|", "\\|"))
 	}
 	return b.String()
 }

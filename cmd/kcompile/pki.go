@@ -1,0 +1,208 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/kcompile/kcompile/compiler/pki"
+)
+
+type pkiCmd struct {
+	List   pkiListCmd   `cmd:"" help:"List every certificate: subject, issuer, SANs, usages, algorithm, expiry."`
+	Expiry pkiExpiryCmd `cmd:"" help:"Show when each certificate expires and the first date the cluster breaks."`
+	Renew  pkiRenewCmd  `cmd:"" help:"Move the bundle's issuance epoch: every leaf is re-keyed and re-issued, CAs are kept."`
+	Verify pkiVerifyCmd `cmd:"" help:"Verify a written tree: chains, key pairs, kubeconfigs, file modes, and SANs against the spec."`
+}
+
+// specAndSecrets are the arguments of commands that issue the PKI.
+type specAndSecrets struct {
+	Dir     string `arg:"" optional:"" default:"." help:"Spec directory (a CUE package)."`
+	Secrets string `short:"s" default:"secrets.json" help:"Secrets bundle (see kcompile secrets init)."`
+}
+
+func (a specAndSecrets) issue(e *env) (*pki.Material, error) {
+	c, b, err := compileWithBundle(e, a.Dir, a.Secrets)
+	if err != nil {
+		return nil, err
+	}
+	return pki.Issue(c, b)
+}
+
+type pkiListCmd struct {
+	specAndSecrets
+	Output string `short:"o" enum:"text,json" default:"text" help:"Output format: text or json."`
+}
+
+func (c *pkiListCmd) Run(e *env) error {
+	m, err := c.issue(e)
+	if err != nil {
+		return err
+	}
+	inv := m.Inventory()
+	if c.Output == "json" {
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(inv)
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "CERTIFICATE\tSUBJECT\tISSUER\tSANS\tUSAGES\tALGORITHM\tNOT AFTER")
+	for _, i := range inv {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", i.ID, i.Subject, i.Issuer, orDash(strings.Join(i.SANs, ",")),
+			strings.Join(i.Usages, ","), i.Algorithm, i.NotAfter.Format(time.DateOnly))
+	}
+	return tw.Flush()
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+type pkiExpiryCmd struct {
+	specAndSecrets
+	FailWithin string `help:"Exit with status 1 when the cluster breaks within this duration (e.g. 30d), for CI."`
+}
+
+func (c *pkiExpiryCmd) Run(e *env) error {
+	var within time.Duration
+	if c.FailWithin != "" {
+		d, err := parseDuration(c.FailWithin)
+		if err != nil {
+			return statusError{code: exitUsage, msg: err.Error()}
+		}
+		within = d
+	}
+	m, err := c.issue(e)
+	if err != nil {
+		return err
+	}
+	// One line per date, with the certificates expiring then.
+	var day string
+	var ids []string
+	flush := func() {
+		if day != "" {
+			fmt.Fprintf(e.stdout, "%s  %s\n", day, summarize(ids))
+		}
+	}
+	for _, i := range m.Expiry() {
+		d := i.NotAfter.Format(time.DateOnly)
+		if d != day {
+			flush()
+			day, ids = d, nil
+		}
+		ids = append(ids, i.ID)
+	}
+	flush()
+	first, which := m.FirstBreak()
+	left := first.Sub(e.now)
+	fmt.Fprintf(e.stdout, "the cluster first breaks on %s (in %d days), when these expire: %s\n",
+		first.Format(time.RFC3339), int(left.Hours()/24), summarize(which))
+	if c.FailWithin != "" && left < within {
+		return statusError{code: exitProblems, msg: fmt.Sprintf("certificates expire within %s: run `kcompile pki renew` and redeploy", c.FailWithin)}
+	}
+	return nil
+}
+
+// summarize names up to five certificates and counts the rest.
+func summarize(ids []string) string {
+	if len(ids) <= 5 {
+		return strings.Join(ids, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(ids[:5], ", "), len(ids)-5)
+}
+
+type pkiRenewCmd struct {
+	specAndSecrets
+	Epoch string `help:"New issuance epoch (RFC 3339); defaults to now."`
+}
+
+func (c *pkiRenewCmd) Run(e *env) error {
+	cl, err := compileSpec(e, c.Dir)
+	if err != nil {
+		return err
+	}
+	b, err := loadBundle(c.Secrets)
+	if err != nil {
+		return err
+	}
+	epoch := e.now
+	if c.Epoch != "" {
+		if epoch, err = time.Parse(time.RFC3339, c.Epoch); err != nil {
+			return statusError{code: exitUsage, msg: fmt.Sprintf("--epoch %q is not an RFC 3339 time", c.Epoch)}
+		}
+	}
+	renewed := b.Renew(epoch)
+	if diags := pki.Check(cl, renewed, e.now); diags.HasErrors() {
+		if err := diags.Relative(e.cwd).WriteText(e.stderr); err != nil {
+			return err
+		}
+		return statusError{code: exitProblems, msg: "not renewed: the bundle was left as it was"}
+	}
+	data, err := renewed.Marshal()
+	if err != nil {
+		return err
+	}
+	if err := writePrivateFile(c.Secrets, data, true); err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "renewed %s: epoch %s → %s; leaves are re-keyed and valid until %s; CAs unchanged\n",
+		c.Secrets, b.Epoch.Format(time.RFC3339), renewed.Epoch.Format(time.RFC3339), renewed.Epoch.Add(cl.PKI.LeafValidity).Format(time.DateOnly))
+	return nil
+}
+
+type pkiVerifyCmd struct {
+	Tree   string `arg:"" help:"A built tree: OUT/<target> as written by kcompile build."`
+	Spec   string `help:"Spec directory: also check that the tree has the certificates, SANs and servers of its topology."`
+	Output string `short:"o" enum:"text,json" default:"text" help:"Output format: text or json."`
+}
+
+func (c *pkiVerifyCmd) Run(e *env) error {
+	root := c.Tree
+	if _, err := os.Stat(filepath.Join(root, "nodes")); err != nil {
+		if _, err := os.Stat(filepath.Join(root, "pki", "nodes")); err == nil {
+			root = filepath.Join(root, "pki")
+		}
+	}
+	var problems []pki.Problem
+	var err error
+	if c.Spec != "" {
+		cl, cerr := compileSpec(e, c.Spec)
+		if cerr != nil {
+			return cerr
+		}
+		problems, err = pki.Verify(root, cl, e.now)
+	} else {
+		problems, err = pki.Verify(root, nil, e.now)
+	}
+	if err != nil {
+		return statusError{code: exitProblems, msg: err.Error()}
+	}
+	if c.Output == "json" {
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		if problems == nil {
+			problems = []pki.Problem{}
+		}
+		if err := enc.Encode(problems); err != nil {
+			return err
+		}
+	} else {
+		for _, p := range problems {
+			fmt.Fprintln(e.stdout, p)
+		}
+	}
+	if len(problems) > 0 {
+		return statusError{code: exitProblems, msg: fmt.Sprintf("%d problems in %s", len(problems), c.Tree)}
+	}
+	if c.Output == "text" {
+		fmt.Fprintf(e.stdout, "%s: every certificate, key and kubeconfig verifies\n", c.Tree)
+	}
+	return nil
+}

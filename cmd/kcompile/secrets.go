@@ -1,0 +1,83 @@
+package main
+
+import (
+	"crypto/rand"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/kcompile/kcompile/compiler/pki"
+)
+
+type secretsCmd struct {
+	Init          secretsInitCmd   `cmd:"" help:"Create a secrets bundle: CAs, service-account key, encryption key, bootstrap token, issuance epoch."`
+	ImportKubeadm secretsImportCmd `cmd:"" name:"import-kubeadm" help:"Create a secrets bundle from an existing kubeadm PKI directory (/etc/kubernetes/pki)."`
+}
+
+type secretsInitCmd struct {
+	Output       string `short:"o" default:"secrets.json" help:"File to write (mode 0600)."`
+	Force        bool   `help:"Replace an existing bundle."`
+	KeyAlgorithm string `enum:"ECDSA-P256,ECDSA-P384,RSA-2048,RSA-3072,RSA-4096" default:"ECDSA-P256" help:"Algorithm of the CA and service-account keys."`
+	CAValidity   string `default:"10y" help:"How long the CAs are valid, e.g. 10y or 3650d."`
+}
+
+func (c *secretsInitCmd) Run(e *env) error {
+	validity, err := parseDuration(c.CAValidity)
+	if err != nil {
+		return statusError{code: exitUsage, msg: err.Error()}
+	}
+	b, err := pki.New(rand.Reader, e.now, pki.NewOptions{Algorithm: pki.Algorithm(c.KeyAlgorithm), CAValidity: validity})
+	if err != nil {
+		return err
+	}
+	return writeBundle(e, b, c.Output, c.Force)
+}
+
+func writeBundle(e *env, b *pki.Bundle, file string, force bool) error {
+	data, err := b.Marshal()
+	if err != nil {
+		return err
+	}
+	if err := writePrivateFile(file, data, force); err != nil {
+		return err
+	}
+	ca := b.CAs[pki.ClusterCA].Cert
+	fmt.Fprintf(e.stdout, "wrote %s (mode 0600): CAs valid until %s, leaves issued from %s\n",
+		file, ca.NotAfter.Format("2006-01-02"), b.Epoch.Format("2006-01-02T15:04:05Z"))
+	fmt.Fprintln(e.stdout, "keep it secret: it holds every private key of the cluster")
+	return nil
+}
+
+type secretsImportCmd struct {
+	Dir    string `arg:"" help:"A kubeadm PKI directory, usually /etc/kubernetes/pki."`
+	Output string `short:"o" default:"secrets.json" help:"File to write (mode 0600)."`
+	Force  bool   `help:"Replace an existing bundle."`
+}
+
+func (c *secretsImportCmd) Run(e *env) error {
+	read := func(name string) ([]byte, error) {
+		b, err := os.ReadFile(filepath.Join(c.Dir, name))
+		if err != nil {
+			return nil, statusError{code: exitProblems, msg: fmt.Sprintf("%s: %s is missing or unreadable", c.Dir, name)}
+		}
+		return b, nil
+	}
+	files := map[string][]byte{}
+	for _, name := range []string{"ca.crt", "ca.key", "etcd/ca.crt", "etcd/ca.key", "front-proxy-ca.crt", "front-proxy-ca.key", "sa.key"} {
+		data, err := read(name)
+		if err != nil {
+			return err
+		}
+		files[name] = data
+	}
+	b, err := pki.Import(rand.Reader, e.now, pki.KubeadmFiles{
+		CACert: files["ca.crt"], CAKey: files["ca.key"],
+		EtcdCACert: files["etcd/ca.crt"], EtcdCAKey: files["etcd/ca.key"],
+		FrontProxyCACert: files["front-proxy-ca.crt"], FrontProxyCAKey: files["front-proxy-ca.key"],
+		ServiceAccountKey: files["sa.key"],
+	})
+	if err != nil {
+		return statusError{code: exitProblems, msg: fmt.Sprintf("%s: %v", c.Dir, err)}
+	}
+	return writeBundle(e, b, c.Output, c.Force)
+}

@@ -1,0 +1,386 @@
+// Package pki holds the secrets bundle, the certificate catalogue of a
+// cluster (after kubeadm's certlist), deterministic issuance, kubeconfigs,
+// the TLS flows the certificates serve, and verification of written trees.
+//
+// Issuance is a pure function of an ir.Cluster and a Bundle: the bundle
+// carries every secret and the issuance epoch; nothing here reads the clock
+// or a random source.
+package pki
+
+import (
+	"bytes"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/rsa"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+)
+
+// Authority names a certificate authority of the cluster.
+type Authority string
+
+const (
+	// ClusterCA signs the API server, kubelets and every client of the API.
+	ClusterCA Authority = "ca"
+	// EtcdCA signs etcd's server, peer and client certificates, so that
+	// nothing signed for the API can talk to etcd.
+	EtcdCA Authority = "etcd-ca"
+	// FrontProxyCA signs the API server's client certificate for
+	// aggregated API servers.
+	FrontProxyCA Authority = "front-proxy-ca"
+)
+
+// Authorities lists the CAs in catalogue order.
+func Authorities() []Authority { return []Authority{ClusterCA, EtcdCA, FrontProxyCA} }
+
+// commonName is the CA's subject, as kubeadm names them.
+func (a Authority) commonName() string {
+	switch a {
+	case EtcdCA:
+		return "etcd-ca"
+	case FrontProxyCA:
+		return "front-proxy-ca"
+	}
+	return "kubernetes"
+}
+
+// CA is a certificate authority: its certificate and signing key.
+type CA struct {
+	Cert *x509.Certificate
+	Key  crypto.Signer
+}
+
+// Bundle is every secret of a cluster. It is the only input of issuance
+// besides the spec, and is written to disk 0600 by the CLI.
+type Bundle struct {
+	// Epoch is the notBefore of every leaf certificate; `pki renew` moves
+	// it, which re-keys and re-issues every leaf.
+	Epoch time.Time
+	// Seed is what leaf keys are derived from.
+	Seed []byte
+	CAs  map[Authority]CA
+	// ServiceAccountKey signs service-account tokens.
+	ServiceAccountKey crypto.Signer
+	// EncryptionKey is the 32-byte key for encryption of Secrets at rest.
+	EncryptionKey []byte
+	// BootstrapToken is a kubeadm-style token "abcdef.0123456789abcdef".
+	BootstrapToken string
+}
+
+// Format keeps secrets out of logs and error messages whatever the verb.
+func (b *Bundle) Format(f fmt.State, _ rune) {
+	if b == nil {
+		io.WriteString(f, "pki.Bundle(nil)")
+		return
+	}
+	fmt.Fprintf(f, "pki.Bundle{epoch %s, secrets redacted}", b.Epoch.UTC().Format(time.RFC3339))
+}
+
+// NewOptions are the choices made when a bundle is created.
+type NewOptions struct {
+	// Algorithm of the CA and service-account keys.
+	Algorithm Algorithm
+	// CAValidity is how long the CAs are valid from now.
+	CAValidity time.Duration
+}
+
+// New creates a bundle. random supplies the 32-byte seed every secret is
+// derived from; now is the CAs' notBefore and the first epoch. Both come
+// from the caller so that tests are reproducible.
+func New(random io.Reader, now time.Time, opts NewOptions) (*Bundle, error) {
+	seed := make([]byte, 32)
+	if _, err := io.ReadFull(random, seed); err != nil {
+		return nil, fmt.Errorf("reading the random seed: %w", err)
+	}
+	now = now.UTC().Truncate(time.Second)
+	b := &Bundle{Epoch: now, Seed: seed, CAs: map[Authority]CA{}}
+	for _, a := range Authorities() {
+		ca, err := newCA(seed, a, opts.Algorithm, now, opts.CAValidity)
+		if err != nil {
+			return nil, err
+		}
+		b.CAs[a] = ca
+	}
+	var err error
+	if b.ServiceAccountKey, err = deriveKey(seed, opts.Algorithm, "service-account"); err != nil {
+		return nil, err
+	}
+	if b.EncryptionKey, err = deriveBytes(seed, "encryption-at-rest", 32); err != nil {
+		return nil, err
+	}
+	raw, err := deriveBytes(seed, "bootstrap-token", 22)
+	if err != nil {
+		return nil, err
+	}
+	const alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
+	token := make([]byte, 23)
+	for i, j := 0, 0; i < 23; i++ {
+		if i == 6 {
+			token[i] = '.'
+			continue
+		}
+		token[i] = alphabet[int(raw[j])%len(alphabet)]
+		j++
+	}
+	b.BootstrapToken = string(token)
+	return b, nil
+}
+
+// newCA creates a self-signed CA valid from now.
+func newCA(seed []byte, a Authority, alg Algorithm, now time.Time, validity time.Duration) (CA, error) {
+	key, err := deriveKey(seed, alg, "ca/"+string(a))
+	if err != nil {
+		return CA{}, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          deriveSerial("ca/"+string(a), now),
+		Subject:               pkix.Name{CommonName: a.commonName()},
+		NotBefore:             now,
+		NotAfter:              now.Add(validity),
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	der, err := x509.CreateCertificate(nil, tmpl, tmpl, key.Public(), key)
+	if err != nil {
+		return CA{}, fmt.Errorf("creating %s: %w", a, err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		return CA{}, err
+	}
+	return CA{Cert: cert, Key: key}, nil
+}
+
+// Renew returns a copy of the bundle with a new epoch: every leaf is
+// re-keyed and re-issued; CAs and other secrets are untouched.
+func (b *Bundle) Renew(epoch time.Time) *Bundle {
+	c := *b
+	c.Epoch = epoch.UTC().Truncate(time.Second)
+	return &c
+}
+
+// bundleFile is the on-disk form of a bundle.
+type bundleFile struct {
+	APIVersion        string               `json:"apiVersion"`
+	Kind              string               `json:"kind"`
+	Epoch             time.Time            `json:"epoch"`
+	Seed              []byte               `json:"seed"`
+	Authorities       map[Authority]caFile `json:"authorities"`
+	ServiceAccountKey string               `json:"serviceAccountKey"`
+	EncryptionKey     []byte               `json:"encryptionKey"`
+	BootstrapToken    string               `json:"bootstrapToken"`
+}
+
+type caFile struct {
+	Cert string `json:"cert"`
+	Key  string `json:"key"`
+}
+
+const (
+	bundleAPIVersion = "kcompile.dev/v1alpha1"
+	bundleKind       = "SecretsBundle"
+)
+
+// Marshal encodes the bundle as JSON with PEM blocks.
+func (b *Bundle) Marshal() ([]byte, error) {
+	f := bundleFile{APIVersion: bundleAPIVersion, Kind: bundleKind, Epoch: b.Epoch.UTC(), Seed: b.Seed,
+		Authorities: map[Authority]caFile{}, EncryptionKey: b.EncryptionKey, BootstrapToken: b.BootstrapToken}
+	for a, ca := range b.CAs {
+		key, err := encodeKey(ca.Key)
+		if err != nil {
+			return nil, err
+		}
+		f.Authorities[a] = caFile{Cert: string(encodeCert(ca.Cert.Raw)), Key: string(key)}
+	}
+	sa, err := encodeKey(b.ServiceAccountKey)
+	if err != nil {
+		return nil, err
+	}
+	f.ServiceAccountKey = string(sa)
+	out, err := json.MarshalIndent(f, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	return append(out, '\n'), nil
+}
+
+// Parse decodes and checks a bundle written by Marshal. Errors never
+// quote key material.
+func Parse(data []byte) (*Bundle, error) {
+	var f bundleFile
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&f); err != nil {
+		return nil, fmt.Errorf("not a kcompile secrets bundle: %v", redactJSONError(err))
+	}
+	if f.APIVersion != bundleAPIVersion || f.Kind != bundleKind {
+		return nil, fmt.Errorf("not a kcompile secrets bundle (apiVersion %q, kind %q)", f.APIVersion, f.Kind)
+	}
+	if len(f.Seed) < 32 {
+		return nil, errors.New("secrets bundle: seed must be at least 32 bytes")
+	}
+	if len(f.EncryptionKey) != 32 {
+		return nil, errors.New("secrets bundle: encryptionKey must be 32 bytes")
+	}
+	if f.Epoch.IsZero() {
+		return nil, errors.New("secrets bundle: epoch is not set")
+	}
+	b := &Bundle{Epoch: f.Epoch.UTC(), Seed: f.Seed, CAs: map[Authority]CA{}, EncryptionKey: f.EncryptionKey, BootstrapToken: f.BootstrapToken}
+	for _, a := range Authorities() {
+		cf, ok := f.Authorities[a]
+		if !ok {
+			return nil, fmt.Errorf("secrets bundle: authority %s is missing", a)
+		}
+		ca, err := parseCA(a, []byte(cf.Cert), []byte(cf.Key))
+		if err != nil {
+			return nil, err
+		}
+		b.CAs[a] = ca
+	}
+	sa, err := parseKey([]byte(f.ServiceAccountKey))
+	if err != nil {
+		return nil, fmt.Errorf("secrets bundle: serviceAccountKey: %w", err)
+	}
+	b.ServiceAccountKey = sa
+	return b, nil
+}
+
+// parseCA checks that a CA certificate and key belong together.
+func parseCA(a Authority, certPEM, keyPEM []byte) (CA, error) {
+	block, _ := pem.Decode(certPEM)
+	if block == nil || block.Type != "CERTIFICATE" {
+		return CA{}, fmt.Errorf("%s: certificate is not PEM", a)
+	}
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		return CA{}, fmt.Errorf("%s: %w", a, err)
+	}
+	if !cert.IsCA {
+		return CA{}, fmt.Errorf("%s: certificate %q is not a CA", a, cert.Subject.CommonName)
+	}
+	key, err := parseKey(keyPEM)
+	if err != nil {
+		return CA{}, fmt.Errorf("%s: key: %w", a, err)
+	}
+	if !publicKeysEqual(cert.PublicKey, key.Public()) {
+		return CA{}, fmt.Errorf("%s: the key does not belong to the certificate", a)
+	}
+	return CA{Cert: cert, Key: key}, nil
+}
+
+func publicKeysEqual(a, b crypto.PublicKey) bool {
+	type equaler interface{ Equal(crypto.PublicKey) bool }
+	e, ok := a.(equaler)
+	return ok && e.Equal(b)
+}
+
+// encodeCert PEM-encodes a DER certificate.
+func encodeCert(der []byte) []byte {
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+}
+
+// encodeKey PEM-encodes a private key in the form its consumers expect:
+// SEC 1 for ECDSA and PKCS #1 for RSA, as kubeadm writes them.
+func encodeKey(k crypto.Signer) ([]byte, error) {
+	switch key := k.(type) {
+	case *ecdsa.PrivateKey:
+		der, err := x509.MarshalECPrivateKey(key)
+		if err != nil {
+			return nil, err
+		}
+		return pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}), nil
+	case *rsa.PrivateKey:
+		return pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)}), nil
+	}
+	return nil, fmt.Errorf("unsupported key type %T", k)
+}
+
+// encodePublicKey PEM-encodes a public key (sa.pub).
+func encodePublicKey(k crypto.PublicKey) ([]byte, error) {
+	der, err := x509.MarshalPKIXPublicKey(k)
+	if err != nil {
+		return nil, err
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}), nil
+}
+
+// parseKey reads a PEM private key in SEC 1, PKCS #1 or PKCS #8 form.
+func parseKey(data []byte) (crypto.Signer, error) {
+	block, _ := pem.Decode(data)
+	if block == nil {
+		return nil, errors.New("not PEM")
+	}
+	switch block.Type {
+	case "EC PRIVATE KEY":
+		return x509.ParseECPrivateKey(block.Bytes)
+	case "RSA PRIVATE KEY":
+		return x509.ParsePKCS1PrivateKey(block.Bytes)
+	case "PRIVATE KEY":
+		k, err := x509.ParsePKCS8PrivateKey(block.Bytes)
+		if err != nil {
+			return nil, err
+		}
+		s, ok := k.(crypto.Signer)
+		if !ok {
+			return nil, fmt.Errorf("unsupported key type %T", k)
+		}
+		return s, nil
+	}
+	return nil, fmt.Errorf("unsupported PEM block %q", block.Type)
+}
+
+// redactJSONError keeps only the shape of a JSON error: a syntax error's
+// offset, or a type error's field, never the offending bytes.
+func redactJSONError(err error) string {
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &syn):
+		return fmt.Sprintf("JSON syntax error at byte %d", syn.Offset)
+	case errors.As(err, &typ):
+		return fmt.Sprintf("field %s has the wrong type", typ.Field)
+	}
+	return "malformed JSON"
+}
+
+// KubeadmFiles are the PEM files of a kubeadm PKI directory that a bundle
+// takes over.
+type KubeadmFiles struct {
+	CACert, CAKey                     []byte
+	EtcdCACert, EtcdCAKey             []byte
+	FrontProxyCACert, FrontProxyCAKey []byte
+	ServiceAccountKey                 []byte
+}
+
+// Import builds a bundle around an existing kubeadm PKI: its CAs and
+// service-account key are kept, so running clusters keep trusting what is
+// issued; the seed, encryption key and token are new, from random.
+func Import(random io.Reader, now time.Time, f KubeadmFiles) (*Bundle, error) {
+	b, err := New(random, now, NewOptions{Algorithm: ECDSAP256, CAValidity: time.Hour})
+	if err != nil {
+		return nil, err
+	}
+	for _, x := range []struct {
+		a         Authority
+		cert, key []byte
+	}{{ClusterCA, f.CACert, f.CAKey}, {EtcdCA, f.EtcdCACert, f.EtcdCAKey}, {FrontProxyCA, f.FrontProxyCACert, f.FrontProxyCAKey}} {
+		ca, err := parseCA(x.a, x.cert, x.key)
+		if err != nil {
+			return nil, err
+		}
+		b.CAs[x.a] = ca
+	}
+	sa, err := parseKey(f.ServiceAccountKey)
+	if err != nil {
+		return nil, fmt.Errorf("sa.key: %w", err)
+	}
+	b.ServiceAccountKey = sa
+	return b, nil
+}

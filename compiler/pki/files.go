@@ -1,0 +1,113 @@
+package pki
+
+import (
+	"fmt"
+	"io/fs"
+	"sort"
+
+	"github.com/kcompile/kcompile/compiler/ir"
+)
+
+// File is one file of the issued PKI laid out for a node, in kubeadm's
+// paths, or for the cluster tree when Node is empty.
+type File struct {
+	Node string
+	// Path is relative to the node's root (or the cluster tree).
+	Path string
+	Data []byte
+	Mode fs.FileMode
+}
+
+// Modes: private keys, and kubeconfigs that embed them, are readable by
+// their owner only.
+const (
+	ModePublic  fs.FileMode = 0o644
+	ModePrivate fs.FileMode = 0o600
+)
+
+// Files lays the material out: per node exactly what its components read,
+// and nothing more (the etcd and front-proxy CA keys stay in the bundle;
+// the cluster CA key goes to control-plane nodes, where the controller
+// manager signs kubelet CSRs with it). The cluster tree holds the admin
+// kubeconfigs and the CA certificate. Files are sorted by node, then path.
+func Files(m *Material) ([]File, error) {
+	c := m.Cluster
+	b := m.Bundle
+	caPEM := encodeCert(b.CAs[ClusterCA].Cert.Raw)
+	etcdCAPEM := encodeCert(b.CAs[EtcdCA].Cert.Raw)
+	frontProxyCAPEM := encodeCert(b.CAs[FrontProxyCA].Cert.Raw)
+	caKey, err := encodeKey(b.CAs[ClusterCA].Key)
+	if err != nil {
+		return nil, err
+	}
+	saKey, err := encodeKey(b.ServiceAccountKey)
+	if err != nil {
+		return nil, err
+	}
+	saPub, err := encodePublicKey(b.ServiceAccountKey.Public())
+	if err != nil {
+		return nil, err
+	}
+
+	files := map[[2]string]File{}
+	add := func(node, path string, data []byte, mode fs.FileMode) {
+		files[[2]string{node, path}] = File{Node: node, Path: path, Data: data, Mode: mode}
+	}
+	for _, n := range c.Nodes {
+		if n.RunsPods() || n.Runs(ir.ComponentAPIServer) {
+			add(n.Name, pkiDir+"ca.crt", caPEM, ModePublic)
+		}
+		if n.Runs(ir.ComponentAPIServer) {
+			add(n.Name, pkiDir+"ca.key", caKey, ModePrivate)
+			add(n.Name, pkiDir+"front-proxy-ca.crt", frontProxyCAPEM, ModePublic)
+			add(n.Name, etcdPKIDir+"ca.crt", etcdCAPEM, ModePublic)
+			add(n.Name, pkiDir+"sa.key", saKey, ModePrivate)
+			add(n.Name, pkiDir+"sa.pub", saPub, ModePublic)
+		}
+		if n.Runs(ir.ComponentEtcd) {
+			add(n.Name, etcdPKIDir+"ca.crt", etcdCAPEM, ModePublic)
+		}
+	}
+	add("", "pki/ca.crt", caPEM, ModePublic)
+	for _, l := range m.Leaves {
+		if l.File != "" {
+			add(l.Node, l.File+".crt", l.CertPEM, ModePublic)
+			add(l.Node, l.File+".key", l.KeyPEM, ModePrivate)
+		}
+		if l.Kubeconfig == nil {
+			continue
+		}
+		kc, err := kubeconfig(c.Name, caPEM, l)
+		if err != nil {
+			return nil, fmt.Errorf("kubeconfig of %s: %w", l.ID, err)
+		}
+		switch l.Name {
+		case "admin":
+			// Every control-plane node has it, as kubeadm does, and so
+			// does the cluster tree, for the operator.
+			for _, n := range c.Nodes {
+				if n.Runs(ir.ComponentAPIServer) {
+					add(n.Name, l.Kubeconfig.Path, kc, ModePrivate)
+				}
+			}
+			add("", "admin.conf", kc, ModePrivate)
+		case "super-admin":
+			// A break-glass credential that bypasses RBAC: never on a
+			// node.
+			add("", "super-admin.conf", kc, ModePrivate)
+		default:
+			add(l.Node, l.Kubeconfig.Path, kc, ModePrivate)
+		}
+	}
+	out := make([]File, 0, len(files))
+	for _, f := range files {
+		out = append(out, f)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Node != out[j].Node {
+			return out[i].Node < out[j].Node
+		}
+		return out[i].Path < out[j].Path
+	})
+	return out, nil
+}

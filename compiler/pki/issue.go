@@ -1,0 +1,124 @@
+package pki
+
+import (
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/rsa"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"fmt"
+	"net"
+	"strings"
+
+	"github.com/kcompile/kcompile/compiler/ir"
+)
+
+// Issued is a catalogue entry with its key and signed certificate.
+type Issued struct {
+	Cert
+	X509    *x509.Certificate
+	Key     crypto.Signer
+	CertPEM []byte
+	KeyPEM  []byte
+}
+
+// Material is the issued PKI of a cluster.
+type Material struct {
+	Cluster *ir.Cluster
+	Bundle  *Bundle
+	// Leaves follow the catalogue's order.
+	Leaves []Issued
+}
+
+// Leaf finds an issued certificate by ID.
+func (m *Material) Leaf(id string) (Issued, bool) {
+	for _, l := range m.Leaves {
+		if l.ID == id {
+			return l, true
+		}
+	}
+	return Issued{}, false
+}
+
+// Issue signs every certificate of the cluster's catalogue. It is a pure
+// function of its arguments: keys are derived from the bundle's seed and
+// each certificate's identity, serials from the identity and the epoch,
+// and ECDSA signatures are deterministic (RFC 6979) as RSA PKCS #1 v1.5
+// signatures are.
+func Issue(c *ir.Cluster, b *Bundle) (*Material, error) {
+	alg, err := ParseAlgorithm(c.PKI.KeyAlgorithm)
+	if err != nil {
+		return nil, err
+	}
+	m := &Material{Cluster: c, Bundle: b}
+	for _, cert := range Catalogue(c) {
+		issued, err := issue(c, b, alg, cert)
+		if err != nil {
+			return nil, fmt.Errorf("issuing %s: %w", cert.ID, err)
+		}
+		m.Leaves = append(m.Leaves, issued)
+	}
+	return m, nil
+}
+
+// identity is what a leaf's key and serial are derived from. The epoch is
+// part of it so that renewal re-keys.
+func identity(c *ir.Cluster, b *Bundle, cert Cert) string {
+	return "leaf|" + c.Name + "|" + cert.ID + "|" + b.Epoch.UTC().Format("2006-01-02T15:04:05Z")
+}
+
+func issue(c *ir.Cluster, b *Bundle, alg Algorithm, cert Cert) (Issued, error) {
+	ca, ok := b.CAs[cert.CA]
+	if !ok {
+		return Issued{}, fmt.Errorf("the secrets bundle has no %s", cert.CA)
+	}
+	id := identity(c, b, cert)
+	key, err := deriveKey(b.Seed, alg, id)
+	if err != nil {
+		return Issued{}, err
+	}
+	usage := x509.KeyUsageDigitalSignature
+	if _, isRSA := key.(*rsa.PrivateKey); isRSA {
+		// RSA key exchange in TLS 1.2 encrypts with the key.
+		usage |= x509.KeyUsageKeyEncipherment
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          deriveSerial(id, b.Epoch),
+		Subject:               pkix.Name{CommonName: cert.CommonName, Organization: cert.Organization},
+		DNSNames:              cert.DNSNames,
+		NotBefore:             b.Epoch,
+		NotAfter:              b.Epoch.Add(c.PKI.LeafValidity),
+		KeyUsage:              usage,
+		ExtKeyUsage:           cert.ExtKeyUsages(),
+		BasicConstraintsValid: true,
+	}
+	for _, ip := range cert.IPs {
+		tmpl.IPAddresses = append(tmpl.IPAddresses, net.IP(ip.AsSlice()))
+	}
+	// A nil random source makes ECDSA signing deterministic; RSA PKCS #1
+	// v1.5 needs none.
+	der, err := x509.CreateCertificate(nil, tmpl, ca.Cert, key.Public(), ca.Key)
+	if err != nil {
+		return Issued{}, err
+	}
+	parsed, err := x509.ParseCertificate(der)
+	if err != nil {
+		return Issued{}, err
+	}
+	keyPEM, err := encodeKey(key)
+	if err != nil {
+		return Issued{}, err
+	}
+	return Issued{Cert: cert, X509: parsed, Key: key, CertPEM: encodeCert(der), KeyPEM: keyPEM}, nil
+}
+
+// keyAlgorithm names a public key's algorithm for listings.
+func keyAlgorithm(k crypto.PublicKey) string {
+	switch key := k.(type) {
+	case *ecdsa.PublicKey:
+		return "ECDSA-" + strings.ReplaceAll(key.Curve.Params().Name, "-", "")
+	case *rsa.PublicKey:
+		return fmt.Sprintf("RSA-%d", key.N.BitLen())
+	}
+	return fmt.Sprintf("%T", k)
+}

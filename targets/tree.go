@@ -1,0 +1,66 @@
+// Package targets holds what every compilation target shares: the Tree a
+// target renders into (sorted paths, contents and modes, nothing on disk)
+// and the atomic writer that puts a tree on disk.
+package targets
+
+import (
+	"fmt"
+	"io/fs"
+	"path"
+	"sort"
+	"strings"
+)
+
+// File is one file of a tree.
+type File struct {
+	// Path is slash-separated and relative, e.g.
+	// "nodes/cp1/etc/kubernetes/pki/ca.crt".
+	Path string
+	Data []byte
+	Mode fs.FileMode
+}
+
+// Tree is an in-memory file tree.
+type Tree struct {
+	files map[string]File
+}
+
+// NewTree returns an empty tree.
+func NewTree() *Tree { return &Tree{files: map[string]File{}} }
+
+// Add puts a file into the tree. Paths must be clean, relative and
+// unique; a clash is a compiler bug and is reported as an error.
+func (t *Tree) Add(p string, data []byte, mode fs.FileMode) error {
+	if p == "" || path.IsAbs(p) || path.Clean(p) != p || strings.HasPrefix(p, "../") || p == ".." {
+		return fmt.Errorf("invalid tree path %q", p)
+	}
+	if _, dup := t.files[p]; dup {
+		return fmt.Errorf("two files at %s", p)
+	}
+	for dir := path.Dir(p); dir != "."; dir = path.Dir(dir) {
+		if _, clash := t.files[dir]; clash {
+			return fmt.Errorf("%s is both a file and a directory", dir)
+		}
+	}
+	t.files[p] = File{Path: p, Data: data, Mode: mode.Perm()}
+	return nil
+}
+
+// Files returns the files sorted by path.
+func (t *Tree) Files() []File {
+	out := make([]File, 0, len(t.files))
+	for _, f := range t.files {
+		out = append(out, f)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
+	return out
+}
+
+// Get returns the file at p.
+func (t *Tree) Get(p string) (File, bool) {
+	f, ok := t.files[p]
+	return f, ok
+}
+
+// Len is the number of files.
+func (t *Tree) Len() int { return len(t.files) }
