@@ -4,8 +4,12 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/rogpeppe/go-internal/txtar"
+
+	"github.com/kcompile/kcompile/compiler/diag"
+	"github.com/kcompile/kcompile/compiler/pki"
 )
 
 // FuzzCompile feeds arbitrary spec files to the whole pipeline. Whatever
@@ -44,6 +48,14 @@ func FuzzCompile(f *testing.F) {
 		}
 		if c != nil && (len(c.Nodes) == 0 || c.Endpoint.URL == "") {
 			t.Fatalf("clean spec lowered to an incomplete cluster: %d nodes, endpoint %q", len(c.Nodes), c.Endpoint.URL)
+		}
+		if c != nil {
+			// What `kcompile check` runs after the compiler.
+			for _, d := range pki.Check(c, nil, time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)) {
+				if d.Severity == diag.Error {
+					t.Fatalf("clean spec fails the PKI catalogue checks: %+v", d)
+				}
+			}
 		}
 	})
 }
