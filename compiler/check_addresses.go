@@ -48,14 +48,7 @@ func checkAddresses(m *model) {
 		pod2, ok2 := m.prefix("network.secondaryPodCIDR", m.spec.Network.SecondaryPodCIDR)
 		dual = ok1 && ok2 && pod.Addr().Is4() != pod2.Addr().Is4()
 	}
-	once := map[string]bool{}
-	first := func(key string) bool {
-		if once[key] {
-			return false
-		}
-		once[key] = true
-		return true
-	}
+	first := onceSet{}.first
 	for _, n := range m.nodes {
 		if n.role == "etcd" && n.spec.Address == "" {
 			continue // reported by the etcd checks

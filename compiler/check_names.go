@@ -94,14 +94,7 @@ func checkNames(m *model) {
 	}
 	// Pool nodes share one source, so each pool is reported once per rule
 	// and pair of sources, not once per node.
-	once := map[string]bool{}
-	first := func(key string) bool {
-		if once[key] {
-			return false
-		}
-		once[key] = true
-		return true
-	}
+	first := onceSet{}.first
 	names := map[string]*mnode{}
 	// addrs remembers the field too: the earlier use of an address may be
 	// a node's secondary address.

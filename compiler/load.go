@@ -195,35 +195,10 @@ func missingValues(v cue.Value) []string {
 	var out []string
 	var walk func(v cue.Value)
 	walk = func(v cue.Value) {
-		kind := v.IncompleteKind()
-		if kind == cue.BottomKind {
-			// An error below a struct makes the struct itself an error;
-			// its fields can still be walked.
-			if it, err := v.Fields(); err == nil {
-				for it.Next() {
-					walk(it.Value())
-				}
-			}
-			return
-		}
-		switch kind {
-		case cue.StructKind:
-			it, err := v.Fields()
-			if err != nil {
-				return
-			}
-			for it.Next() {
-				walk(it.Value())
-			}
-			return
-		case cue.ListKind:
-			it, err := v.List()
-			if err != nil {
-				return
-			}
-			for it.Next() {
-				walk(it.Value())
-			}
+		// An error below a struct makes the struct itself an error; its
+		// fields can still be walked.
+		if kind := v.IncompleteKind(); kind == cue.StructKind || kind == cue.ListKind || kind == cue.BottomKind {
+			eachChild(v, walk)
 			return
 		}
 		if _, isDefault := v.Default(); v.Err() == nil && !v.IsConcrete() && !isDefault {
@@ -308,26 +283,27 @@ func recordWritten(v cue.Value, out, labels map[string][]token.Pos) {
 		if f, ok := v.Source().(*ast.Field); ok && f.Label != nil {
 			labels[p] = append(labels[p], f.Label.Pos())
 		}
-		switch v.IncompleteKind() {
-		case cue.StructKind:
-			it, err := v.Fields()
-			if err != nil {
-				return
-			}
-			for it.Next() {
-				walk(it.Value())
-			}
-		case cue.ListKind:
-			it, err := v.List()
-			if err != nil {
-				return
-			}
-			for it.Next() {
-				walk(it.Value())
-			}
-		}
+		eachChild(v, walk)
 	}
 	walk(v)
+}
+
+// eachChild calls fn for every regular field of a struct or element of a
+// list; other values have no children.
+func eachChild(v cue.Value, fn func(cue.Value)) {
+	if v.IncompleteKind() == cue.ListKind {
+		if it, err := v.List(); err == nil {
+			for it.Next() {
+				fn(it.Value())
+			}
+		}
+		return
+	}
+	if it, err := v.Fields(); err == nil {
+		for it.Next() {
+			fn(it.Value())
+		}
+	}
 }
 
 // valuePositions returns where each conjunct of v was written, at the value

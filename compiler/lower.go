@@ -241,13 +241,7 @@ func (m *model) specSettings() []ir.Setting {
 	var walk func(v cue.Value)
 	walk = func(v cue.Value) {
 		if v.IncompleteKind() == cue.StructKind {
-			it, err := v.Fields()
-			if err != nil {
-				return
-			}
-			for it.Next() {
-				walk(it.Value())
-			}
+			eachChild(v, walk)
 			return
 		}
 		path := v.Path().String()

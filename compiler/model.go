@@ -270,3 +270,16 @@ func firstPos(ps []diag.Pos) ir.Pos {
 	}
 	return ir.Pos{File: ps[0].File, Line: ps[0].Line, Column: ps[0].Column}
 }
+
+// onceSet remembers keys, so that a problem shared by many nodes of one
+// source (a pool) is reported once.
+type onceSet map[string]bool
+
+// first reports whether key is seen for the first time.
+func (o onceSet) first(key string) bool {
+	if o[key] {
+		return false
+	}
+	o[key] = true
+	return true
+}
