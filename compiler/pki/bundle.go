@@ -14,11 +14,14 @@ import (
 	"crypto/rsa"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/asn1"
 	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"regexp"
 	"time"
 )
 
@@ -74,11 +77,9 @@ type Bundle struct {
 }
 
 // Format keeps secrets out of logs and error messages whatever the verb.
-func (b *Bundle) Format(f fmt.State, _ rune) {
-	if b == nil {
-		io.WriteString(f, "pki.Bundle(nil)")
-		return
-	}
+// Its receiver is a value so that a Bundle printed by value, or as a field
+// of another value, is redacted too; fmt prints a nil *Bundle as "<nil>".
+func (b Bundle) Format(f fmt.State, _ rune) {
 	fmt.Fprintf(f, "pki.Bundle{epoch %s, secrets redacted}", b.Epoch.UTC().Format(time.RFC3339))
 }
 
@@ -163,6 +164,7 @@ func newCA(seed []byte, a Authority, alg Algorithm, now time.Time, validity time
 func (b *Bundle) Renew(epoch time.Time) *Bundle {
 	c := *b
 	c.Epoch = epoch.UTC().Truncate(time.Second)
+	c.CAs = maps.Clone(b.CAs)
 	return &c
 }
 
@@ -220,6 +222,11 @@ func Parse(data []byte) (*Bundle, error) {
 	if err := dec.Decode(&f); err != nil {
 		return nil, fmt.Errorf("not a kcompile secrets bundle: %v", redactJSONError(err))
 	}
+	// One object and nothing after it: trailing bytes mean two files run
+	// together or a damaged one.
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, errors.New("not a kcompile secrets bundle: data follows the JSON object")
+	}
 	if f.APIVersion != bundleAPIVersion || f.Kind != bundleKind {
 		return nil, fmt.Errorf("not a kcompile secrets bundle (apiVersion %q, kind %q)", f.APIVersion, f.Kind)
 	}
@@ -231,6 +238,9 @@ func Parse(data []byte) (*Bundle, error) {
 	}
 	if f.Epoch.IsZero() {
 		return nil, errors.New("secrets bundle: epoch is not set")
+	}
+	if !bootstrapToken.MatchString(f.BootstrapToken) {
+		return nil, errors.New("secrets bundle: bootstrapToken is not of the form [a-z0-9]{6}.[a-z0-9]{16}")
 	}
 	b := &Bundle{Epoch: f.Epoch.UTC(), Seed: f.Seed, CAs: map[Authority]CA{}, EncryptionKey: f.EncryptionKey, BootstrapToken: f.BootstrapToken}
 	for _, a := range Authorities() {
@@ -264,6 +274,15 @@ func parseCA(a Authority, certPEM, keyPEM []byte) (CA, error) {
 	}
 	if !cert.IsCA {
 		return CA{}, fmt.Errorf("%s: certificate %q is not a CA", a, cert.Subject.CommonName)
+	}
+	// A self-signed CA (every CA New creates, and kubeadm's) carries its
+	// own signature: a damaged certificate fails it. A CA signed by
+	// another names that CA's key in its authority key ID (RFC 5280
+	// 4.2.1.1); anything else claims to be self-signed.
+	if bytes.Equal(cert.RawIssuer, cert.RawSubject) || len(cert.AuthorityKeyId) == 0 || bytes.Equal(cert.AuthorityKeyId, cert.SubjectKeyId) {
+		if err := cert.CheckSignature(cert.SignatureAlgorithm, cert.RawTBSCertificate, cert.Signature); err != nil {
+			return CA{}, fmt.Errorf("%s: the certificate's self-signature does not verify: it is damaged", a)
+		}
 	}
 	key, err := parseKey(keyPEM)
 	if err != nil {
@@ -319,7 +338,29 @@ func parseKey(data []byte) (crypto.Signer, error) {
 	}
 	switch block.Type {
 	case "EC PRIVATE KEY":
-		return x509.ParseECPrivateKey(block.Bytes)
+		k, err := x509.ParseECPrivateKey(block.Bytes)
+		if err != nil {
+			return nil, err
+		}
+		// crypto/x509 ignores the public key SEC 1 stores beside the
+		// private scalar; a damaged scalar would go unnoticed and yield
+		// another key. Hold the two to each other.
+		var sec1 struct {
+			Version    int
+			PrivateKey []byte
+			Curve      asn1.ObjectIdentifier `asn1:"optional,explicit,tag:0"`
+			PublicKey  asn1.BitString        `asn1:"optional,explicit,tag:1"`
+		}
+		if _, err := asn1.Unmarshal(block.Bytes, &sec1); err != nil {
+			return nil, errors.New("malformed EC private key")
+		}
+		if len(sec1.PublicKey.Bytes) > 0 {
+			pub, err := k.PublicKey.Bytes()
+			if err != nil || !bytes.Equal(pub, sec1.PublicKey.Bytes) {
+				return nil, errors.New("the EC private key does not match the public key stored with it: it is damaged")
+			}
+		}
+		return k, nil
 	case "RSA PRIVATE KEY":
 		return x509.ParsePKCS1PrivateKey(block.Bytes)
 	case "PRIVATE KEY":
@@ -349,6 +390,9 @@ func redactJSONError(err error) string {
 	}
 	return "malformed JSON"
 }
+
+// bootstrapToken is the form kubeadm and the API server accept.
+var bootstrapToken = regexp.MustCompile(`^[a-z0-9]{6}\.[a-z0-9]{16}$`)
 
 // KubeadmFiles are the PEM files of a kubeadm PKI directory that a bundle
 // takes over.

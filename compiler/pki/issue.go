@@ -22,12 +22,26 @@ type Issued struct {
 	KeyPEM  []byte
 }
 
+// Format keeps the private key out of logs whatever the verb.
+func (i Issued) Format(f fmt.State, _ rune) {
+	fmt.Fprintf(f, "pki.Issued{%s, key redacted}", i.ID)
+}
+
 // Material is the issued PKI of a cluster.
 type Material struct {
 	Cluster *ir.Cluster
 	Bundle  *Bundle
 	// Leaves follow the catalogue's order.
 	Leaves []Issued
+}
+
+// Format keeps private keys out of logs whatever the verb.
+func (m *Material) Format(f fmt.State, _ rune) {
+	if m == nil {
+		fmt.Fprint(f, "<nil>")
+		return
+	}
+	fmt.Fprintf(f, "pki.Material{%d leaves, keys redacted}", len(m.Leaves))
 }
 
 // Leaf finds an issued certificate by ID.
