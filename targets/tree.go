@@ -23,10 +23,12 @@ type File struct {
 // Tree is an in-memory file tree.
 type Tree struct {
 	files map[string]File
+	// dirs are the directories the files imply.
+	dirs map[string]bool
 }
 
 // NewTree returns an empty tree.
-func NewTree() *Tree { return &Tree{files: map[string]File{}} }
+func NewTree() *Tree { return &Tree{files: map[string]File{}, dirs: map[string]bool{}} }
 
 // Add puts a file into the tree. Paths must be clean, relative and
 // unique; a clash is a compiler bug and is reported as an error.
@@ -37,10 +39,16 @@ func (t *Tree) Add(p string, data []byte, mode fs.FileMode) error {
 	if _, dup := t.files[p]; dup {
 		return fmt.Errorf("two files at %s", p)
 	}
+	if t.dirs[p] {
+		return fmt.Errorf("%s is both a file and a directory", p)
+	}
 	for dir := path.Dir(p); dir != "."; dir = path.Dir(dir) {
 		if _, clash := t.files[dir]; clash {
 			return fmt.Errorf("%s is both a file and a directory", dir)
 		}
+	}
+	for dir := path.Dir(p); dir != "."; dir = path.Dir(dir) {
+		t.dirs[dir] = true
 	}
 	t.files[p] = File{Path: p, Data: data, Mode: mode.Perm()}
 	return nil
