@@ -1,0 +1,97 @@
+package systemd
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestSystemdAnalyzeVerify runs systemd's own verifier on every unit of
+// every node of the examples, offline, in a scratch root holding a copy of
+// the system's units, the node's units and an executable at every command
+// path. systemd-analyze exits 0 on unknown keys and bad values and only
+// prints, so any output fails the test.
+func TestSystemdAnalyzeVerify(t *testing.T) {
+	analyze, err := exec.LookPath("systemd-analyze")
+	if err != nil {
+		t.Fatal("systemd-analyze is required (Debian package systemd; scripts/tools installs it)")
+	}
+	for _, name := range examples {
+		c := compileExample(t, name)
+		for _, n := range c.Nodes {
+			units := nodeUnits(c, n)
+			if len(units) == 0 {
+				t.Fatalf("%s/%s has no units", name, n.Name)
+			}
+			root := scratchRoot(t)
+			var paths []string
+			for _, u := range units {
+				p := filepath.Join(root, unitDir, u.Name)
+				writeFile(t, p, u.Unit.Render(), 0o644)
+				paths = append(paths, p)
+				parsed, err := ParseUnit(u.Unit.Render())
+				if err != nil {
+					t.Fatalf("%s/%s/%s: %v", name, n.Name, u.Name, err)
+				}
+				for _, key := range []string{"ExecStart", "ExecStartPre"} {
+					for _, cmd := range parsed.Get("Service", key) {
+						exe := strings.TrimLeft(strings.Fields(cmd)[0], "-@:+!")
+						writeFile(t, filepath.Join(root, exe), []byte("#!/bin/sh\n"), 0o755)
+					}
+				}
+			}
+			args := append([]string{"verify", "--root=" + root, "--man=no", "--generators=no"}, paths...)
+			out, err := exec.Command(analyze, args...).CombinedOutput()
+			if err != nil || len(out) > 0 {
+				t.Errorf("%s/%s: systemd-analyze verify: %v\n%s", name, n.Name, err, out)
+			}
+		}
+	}
+}
+
+// scratchRoot makes a root file system with the system's units, laid out
+// as on merged-/usr Debian so their absolute links resolve inside it.
+func scratchRoot(t *testing.T) string {
+	t.Helper()
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "usr/lib/systemd"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("cp", "-a", "/usr/lib/systemd/system", filepath.Join(root, "usr/lib/systemd/")).CombinedOutput(); err != nil {
+		t.Fatalf("copying the system's units: %v\n%s", err, out)
+	}
+	if err := os.Symlink("usr/lib", filepath.Join(root, "lib")); err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
+func writeFile(t *testing.T, p string, data []byte, mode os.FileMode) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, data, mode); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSystemdAnalyzeCatchesMistakes keeps the test above honest: a unit
+// with an unknown key or a missing program must produce output.
+func TestSystemdAnalyzeCatchesMistakes(t *testing.T) {
+	analyze, err := exec.LookPath("systemd-analyze")
+	if err != nil {
+		t.Fatal("systemd-analyze is required")
+	}
+	root := scratchRoot(t)
+	u := service("bad", "https://example.com/", nil, nil, "/usr/local/bin/missing", nil)
+	u.Sections[1].Directives = append(u.Sections[1].Directives, Directive{"Bogus", "1"})
+	p := filepath.Join(root, unitDir, "bad.service")
+	writeFile(t, p, u.Render(), 0o644)
+	out, _ := exec.Command(analyze, "verify", "--root="+root, "--man=no", "--generators=no", p).CombinedOutput()
+	if !strings.Contains(string(out), "Bogus") || !strings.Contains(string(out), "/usr/local/bin/missing") {
+		t.Errorf("systemd-analyze did not report the mistakes:\n%s", out)
+	}
+}

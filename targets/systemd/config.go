@@ -1,0 +1,214 @@
+package systemd
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	apiserverv1 "k8s.io/apiserver/pkg/apis/apiserver/v1"
+	auditv1 "k8s.io/apiserver/pkg/apis/audit/v1"
+	componentbasev1alpha1 "k8s.io/component-base/config/v1alpha1"
+	kubeproxyv1alpha1 "k8s.io/kube-proxy/config/v1alpha1"
+	schedulerv1 "k8s.io/kube-scheduler/config/v1"
+	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/kcompile/kcompile/compiler/ir"
+)
+
+// Paths on the nodes, shared by the configs and the units that read them.
+const (
+	kubeletConfigPath    = "/var/lib/kubelet/config.yaml"
+	kubeletKubeconfig    = "/etc/kubernetes/kubelet.conf"
+	kubeletServingCert   = "/var/lib/kubelet/pki/kubelet.crt"
+	kubeletServingKey    = "/var/lib/kubelet/pki/kubelet.key"
+	clusterCAPath        = "/etc/kubernetes/pki/ca.crt"
+	kubeProxyConfigPath  = "/var/lib/kube-proxy/config.conf"
+	kubeProxyKubeconfig  = "/var/lib/kube-proxy/kubeconfig.conf"
+	schedulerConfigPath  = "/etc/kubernetes/scheduler-config.yaml"
+	schedulerKubeconfig  = "/etc/kubernetes/scheduler.conf"
+	encryptionConfigPath = "/etc/kubernetes/encryption-config.yaml"
+	auditPolicyPath      = "/etc/kubernetes/audit-policy.yaml"
+	auditLogPath         = "/var/log/kubernetes/audit/audit.log"
+)
+
+// kubeletConfig is the node's KubeletConfiguration: webhook authentication
+// and authorization with anonymous access off, the serving certificate
+// kcompile issued, the cluster DNS of the spec and the runtime's cgroup
+// driver.
+func kubeletConfig(c *ir.Cluster, n ir.Node) *kubeletv1beta1.KubeletConfiguration {
+	f := false
+	t := true
+	maxPods := int32(n.Capacity.MaxPods)
+	return &kubeletv1beta1.KubeletConfiguration{
+		TypeMeta: metav1.TypeMeta{APIVersion: "kubelet.config.k8s.io/v1beta1", Kind: "KubeletConfiguration"},
+		Authentication: kubeletv1beta1.KubeletAuthentication{
+			X509:      kubeletv1beta1.KubeletX509Authentication{ClientCAFile: clusterCAPath},
+			Webhook:   kubeletv1beta1.KubeletWebhookAuthentication{Enabled: &t},
+			Anonymous: kubeletv1beta1.KubeletAnonymousAuthentication{Enabled: &f},
+		},
+		Authorization:            kubeletv1beta1.KubeletAuthorization{Mode: kubeletv1beta1.KubeletAuthorizationModeWebhook},
+		ClusterDNS:               []string{c.Network.DNSServiceIP.String()},
+		ClusterDomain:            c.Network.Domain,
+		CgroupDriver:             c.Kubelet.CgroupDriver,
+		ContainerRuntimeEndpoint: c.Runtime.Socket,
+		MaxPods:                  maxPods,
+		RotateCertificates:       true,
+		TLSCertFile:              kubeletServingCert,
+		TLSPrivateKeyFile:        kubeletServingKey,
+		TLSMinVersion:            "VersionTLS12",
+		ReadOnlyPort:             0,
+	}
+}
+
+// kubeProxyConfig is the node's KubeProxyConfiguration.
+func kubeProxyConfig(c *ir.Cluster, n ir.Node) *kubeproxyv1alpha1.KubeProxyConfiguration {
+	var cidrs []string
+	for _, p := range c.Network.PodCIDRs {
+		cidrs = append(cidrs, p.String())
+	}
+	cfg := &kubeproxyv1alpha1.KubeProxyConfiguration{
+		TypeMeta:           metav1.TypeMeta{APIVersion: "kubeproxy.config.k8s.io/v1alpha1", Kind: "KubeProxyConfiguration"},
+		ClientConnection:   componentbasev1alpha1.ClientConnectionConfiguration{Kubeconfig: kubeProxyKubeconfig},
+		HostnameOverride:   n.Name,
+		BindAddress:        "0.0.0.0",
+		MetricsBindAddress: "127.0.0.1:10249",
+		Mode:               kubeproxyv1alpha1.ProxyMode(c.Network.KubeProxyMode),
+		ClusterCIDR:        strings.Join(cidrs, ","),
+	}
+	if c.Network.KubeProxyMode == "ipvs" {
+		cfg.IPVS.Scheduler = "rr"
+	}
+	return cfg
+}
+
+// schedulerConfig is the control-plane node's KubeSchedulerConfiguration.
+func schedulerConfig() *schedulerv1.KubeSchedulerConfiguration {
+	t, f := true, false
+	return &schedulerv1.KubeSchedulerConfiguration{
+		TypeMeta:               metav1.TypeMeta{APIVersion: "kubescheduler.config.k8s.io/v1", Kind: "KubeSchedulerConfiguration"},
+		LeaderElection:         componentbasev1alpha1.LeaderElectionConfiguration{LeaderElect: &t},
+		ClientConnection:       componentbasev1alpha1.ClientConnectionConfiguration{Kubeconfig: schedulerKubeconfig},
+		DebuggingConfiguration: componentbasev1alpha1.DebuggingConfiguration{EnableProfiling: &f},
+	}
+}
+
+// encryptionConfig encrypts Secrets with the bundle's key, keeping the
+// identity provider last so Secrets written before encryption stay
+// readable.
+func encryptionConfig(c *ir.Cluster, key []byte) *apiserverv1.EncryptionConfiguration {
+	k := []apiserverv1.Key{{Name: "kcompile-1", Secret: base64.StdEncoding.EncodeToString(key)}}
+	var p apiserverv1.ProviderConfiguration
+	switch c.Security.EncryptionProvider {
+	case "aesgcm":
+		p.AESGCM = &apiserverv1.AESConfiguration{Keys: k}
+	case "aescbc":
+		p.AESCBC = &apiserverv1.AESConfiguration{Keys: k}
+	default:
+		p.Secretbox = &apiserverv1.SecretboxConfiguration{Keys: k}
+	}
+	return &apiserverv1.EncryptionConfiguration{
+		TypeMeta: metav1.TypeMeta{APIVersion: "apiserver.config.k8s.io/v1", Kind: "EncryptionConfiguration"},
+		Resources: []apiserverv1.ResourceConfiguration{{
+			Resources: []string{"secrets"},
+			Providers: []apiserverv1.ProviderConfiguration{p, {Identity: &apiserverv1.IdentityConfiguration{}}},
+		}},
+	}
+}
+
+// auditPolicy logs who did what to every object, without the bodies of
+// Secrets, ConfigMaps and token reviews (which carry credentials), and
+// without the noise of health checks and of the system's own reads.
+func auditPolicy() *auditv1.Policy {
+	return &auditv1.Policy{
+		TypeMeta:          metav1.TypeMeta{APIVersion: "audit.k8s.io/v1", Kind: "Policy"},
+		OmitStages:        []auditv1.Stage{auditv1.StageRequestReceived},
+		OmitManagedFields: true,
+		Rules: []auditv1.PolicyRule{
+			{Level: auditv1.LevelNone, NonResourceURLs: []string{"/healthz*", "/livez*", "/readyz*", "/version", "/metrics"}},
+			{Level: auditv1.LevelNone, Users: []string{"system:kube-proxy"}, Verbs: []string{"watch"},
+				Resources: []auditv1.GroupResources{{Group: "", Resources: []string{"endpoints", "services", "services/status"}}}},
+			{Level: auditv1.LevelNone, UserGroups: []string{"system:nodes"}, Verbs: []string{"get"},
+				Resources: []auditv1.GroupResources{{Group: "", Resources: []string{"nodes", "nodes/status"}}}},
+			{Level: auditv1.LevelNone, Verbs: []string{"get", "list", "watch"},
+				Resources: []auditv1.GroupResources{{Group: "coordination.k8s.io", Resources: []string{"leases"}}}},
+			{Level: auditv1.LevelMetadata, Resources: []auditv1.GroupResources{
+				{Group: "", Resources: []string{"secrets", "configmaps", "serviceaccounts/token"}},
+				{Group: "authentication.k8s.io", Resources: []string{"tokenreviews"}},
+			}},
+			{Level: auditv1.LevelRequest, Verbs: []string{"create", "update", "patch", "delete", "deletecollection"}},
+			{Level: auditv1.LevelMetadata},
+		},
+	}
+}
+
+// marshalConfig renders a component config as YAML. Nulls and empty
+// strings are left out: every component defaults them itself. Empty
+// objects stay, since some mean something ({identity: {}}).
+func marshalConfig(v any) ([]byte, error) {
+	j, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	var tree any
+	if err := json.Unmarshal(j, &tree); err != nil {
+		return nil, err
+	}
+	return yaml.Marshal(prune(tree))
+}
+
+func prune(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		out := map[string]any{}
+		for k, val := range x {
+			if p := prune(val); !empty(p) {
+				out[k] = p
+			}
+		}
+		return out
+	case []any:
+		out := make([]any, 0, len(x))
+		for _, val := range x {
+			out = append(out, prune(val))
+		}
+		return out
+	}
+	return v
+}
+
+func empty(v any) bool {
+	switch x := v.(type) {
+	case nil:
+		return true
+	case string:
+		return x == ""
+	}
+	return false
+}
+
+// verifyConfig decodes a rendered config strictly into a fresh value of
+// its upstream type, as its component will, and checks that nothing was
+// lost or added on the way.
+func verifyConfig(data []byte, want any) error {
+	got := reflect.New(reflect.TypeOf(want).Elem()).Interface()
+	if err := yaml.UnmarshalStrict(data, got); err != nil {
+		return fmt.Errorf("does not decode strictly as %T: %w", want, err)
+	}
+	a, err := json.Marshal(got)
+	if err != nil {
+		return err
+	}
+	b, err := json.Marshal(want)
+	if err != nil {
+		return err
+	}
+	if !bytes.Equal(a, b) {
+		return fmt.Errorf("decodes as %T into something else than was rendered", want)
+	}
+	return nil
+}
