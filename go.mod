@@ -5,6 +5,8 @@ go 1.26.0
 require (
 	cuelang.org/go v0.17.1
 	github.com/alecthomas/kong v1.17.0
+	github.com/containernetworking/cni v1.3.1
+	github.com/pelletier/go-toml/v2 v2.3.1
 	github.com/rogpeppe/go-internal v1.16.0
 	golang.org/x/sys v0.47.0
 	k8s.io/apimachinery v0.37.2
@@ -36,7 +38,6 @@ require (
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/opencontainers/go-digest v1.0.0 // indirect
 	github.com/opencontainers/image-spec v1.1.1 // indirect
-	github.com/pelletier/go-toml/v2 v2.3.1 // indirect
 	github.com/pmezard/go-difflib v1.0.1-0.20181226105442-5d4384ee4fb2 // indirect
 	github.com/prometheus/client_golang v1.24.0 // indirect
 	github.com/prometheus/client_model v0.6.2 // indirect
