@@ -144,4 +144,3 @@ func verifyTOML(data []byte) (map[string]any, error) {
 	}
 	return m, nil
 }
-
