@@ -5,7 +5,9 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"io/fs"
 	"reflect"
+	"sort"
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -212,3 +214,15 @@ func verifyConfig(data []byte, want any) error {
 	}
 	return nil
 }
+
+// sortedPaths lists a map's keys in order, for deterministic trees.
+func sortedPaths[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func fileMode(m uint32) fs.FileMode { return fs.FileMode(m) }

@@ -1,0 +1,94 @@
+// Package systemd renders a cluster as per-node root trees: systemd units
+// running the upstream binaries with their flags, component configurations
+// written with the upstream Kubernetes types, the node's certificates,
+// keys and kubeconfigs in kubeadm's paths, runtime and CNI configuration,
+// sysctls and kernel modules. Every file is parsed back with the parser
+// its consumer uses before the tree leaves the target.
+package systemd
+
+import (
+	"fmt"
+	"path"
+
+	"github.com/kcompile/kcompile/compiler/ir"
+	"github.com/kcompile/kcompile/compiler/pki"
+	"github.com/kcompile/kcompile/targets"
+)
+
+// nodeFiles adds every file of every node, and the cluster-wide PKI files,
+// to the tree.
+func nodeFiles(m *pki.Material, tree *targets.Tree) error {
+	c := m.Cluster
+	pkiFiles, err := pki.Files(m)
+	if err != nil {
+		return err
+	}
+	for _, f := range pkiFiles {
+		p := targets.ClusterPath(f.Path)
+		if f.Node != "" {
+			p = targets.NodePath(f.Node, f.Path)
+		}
+		if err := tree.Add(p, f.Data, f.Mode); err != nil {
+			return err
+		}
+	}
+	for _, n := range c.Nodes {
+		add := func(p string, data []byte, mode uint32) error {
+			return tree.Add(targets.NodePath(n.Name, p), data, fileMode(mode))
+		}
+		for _, u := range nodeUnits(c, n) {
+			if err := add(path.Join(unitDir, u.Name), u.Unit.Render(), 0o644); err != nil {
+				return err
+			}
+		}
+		configs := map[string]any{}
+		if n.RunsPods() {
+			configs[kubeletConfigPath] = kubeletConfig(c, n)
+			if n.Runs(ir.ComponentKubeProxy) {
+				configs[kubeProxyConfigPath] = kubeProxyConfig(c, n)
+			}
+			rp, rc, err := runtimeConfig(c)
+			if err != nil {
+				return err
+			}
+			cp, cc, err := cniConfList(c, n)
+			if err != nil {
+				return err
+			}
+			for _, f := range []struct {
+				p string
+				b []byte
+			}{{rp, rc}, {cp, cc}, {"etc/sysctl.d/99-kubernetes.conf", sysctlConf(c)}, {"etc/modules-load.d/kubernetes.conf", modulesConf(c, n)}} {
+				if err := add(f.p, f.b, 0o644); err != nil {
+					return err
+				}
+			}
+		}
+		if n.Runs(ir.ComponentAPIServer) {
+			configs[schedulerConfigPath] = schedulerConfig()
+			if c.Security.Audit.Enabled {
+				configs[auditPolicyPath] = auditPolicy()
+			}
+		}
+		for _, p := range sortedPaths(configs) {
+			data, err := marshalConfig(configs[p])
+			if err != nil {
+				return fmt.Errorf("%s on %s: %w", p, n.Name, err)
+			}
+			if err := add(p[1:], data, 0o644); err != nil {
+				return err
+			}
+		}
+		if n.Runs(ir.ComponentAPIServer) && c.Security.EncryptionAtRest {
+			// The encryption key opens every Secret: owner-only.
+			data, err := marshalConfig(encryptionConfig(c, m.Bundle.EncryptionKey))
+			if err != nil {
+				return err
+			}
+			if err := add(encryptionConfigPath[1:], data, 0o600); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}

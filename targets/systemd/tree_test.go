@@ -1,0 +1,89 @@
+package systemd
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kcompile/kcompile/compiler/ir"
+	"github.com/kcompile/kcompile/compiler/pki"
+	"github.com/kcompile/kcompile/targets"
+)
+
+func testMaterial(t testing.TB, c *ir.Cluster) *pki.Material {
+	t.Helper()
+	b, err := pki.New(bytes.NewReader(bytes.Repeat([]byte{7}, 32)), time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC),
+		pki.NewOptions{Algorithm: pki.ECDSAP256, CAValidity: 10 * 365 * 24 * time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := pki.Issue(c, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func TestNodeFilesVerify(t *testing.T) {
+	for _, name := range examples {
+		c := compileExample(t, name)
+		tree := targets.NewTree()
+		if err := nodeFiles(testMaterial(t, c), tree); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if err := verify(tree, c); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+		for _, n := range c.Nodes {
+			for _, want := range []string{"etc/systemd/system/"} {
+				found := false
+				for _, f := range tree.Files() {
+					found = found || strings.HasPrefix(f.Path, targets.NodePath(n.Name, want))
+				}
+				if !found {
+					t.Errorf("%s/%s has no %s", name, n.Name, want)
+				}
+			}
+		}
+		enc, ok := tree.Get(targets.NodePath(c.Nodes[0].Name, "etc/kubernetes/encryption-config.yaml"))
+		if !ok || enc.Mode != 0o600 {
+			t.Errorf("%s: encryption config missing or not 0600: %v", name, enc.Mode)
+		}
+	}
+}
+
+func TestVerifyCatchesInconsistency(t *testing.T) {
+	c := compileExample(t, "ha-stacked")
+	m := testMaterial(t, c)
+	tree := targets.NewTree()
+	if err := nodeFiles(m, tree); err != nil {
+		t.Fatal(err)
+	}
+	// Rebuild the tree with one kubelet config pointing at another DNS IP
+	// and one controller manager with another service range.
+	bad := targets.NewTree()
+	for _, f := range tree.Files() {
+		data := f.Data
+		switch f.Path {
+		case targets.NodePath("w01", "var/lib/kubelet/config.yaml"):
+			data = bytes.Replace(data, []byte("10.96.0.10"), []byte("10.96.0.11"), 1)
+		case targets.NodePath("cp2", "etc/systemd/system/kube-controller-manager.service"):
+			data = bytes.Replace(data, []byte("--service-cluster-ip-range=10.96.0.0/12"), []byte("--service-cluster-ip-range=10.97.0.0/16"), 1)
+		case targets.NodePath("w02", "var/lib/kubelet/config.yaml"):
+			data = append(data, []byte("unknownField: 1\n")...)
+		}
+		if err := bad.Add(f.Path, data, f.Mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err := verify(bad, c)
+	if err == nil {
+		t.Fatal("an inconsistent tree verified")
+	}
+	for _, want := range []string{"clusterDNS [10.96.0.11]", "10.97.0.0/16", "unknownField"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("verify did not report %q: %v", want, err)
+		}
+	}
+}

@@ -1,0 +1,122 @@
+package systemd
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/containernetworking/cni/libcni"
+	apiserverv1 "k8s.io/apiserver/pkg/apis/apiserver/v1"
+	auditv1 "k8s.io/apiserver/pkg/apis/audit/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	kubeproxyv1alpha1 "k8s.io/kube-proxy/config/v1alpha1"
+	schedulerv1 "k8s.io/kube-scheduler/config/v1"
+	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/kcompile/kcompile/compiler/ir"
+	"github.com/kcompile/kcompile/targets"
+)
+
+// verify parses every file of the tree with the parser its consumer uses
+// and checks that values shared by several components are one value. A
+// failure is a compiler bug: the spec was checked before the tree was
+// built.
+func verify(tree *targets.Tree, c *ir.Cluster) error {
+	var errs []error
+	fail := func(p string, err error) { errs = append(errs, fmt.Errorf("%s: %w", p, err)) }
+	flags := map[string][]string{} // flag=value seen per flag name, across units
+	var proxyCIDRs []string
+	for _, f := range tree.Files() {
+		p := f.Path
+		switch {
+		case strings.HasSuffix(p, ".service"):
+			u, err := ParseUnit(f.Data)
+			if err != nil {
+				fail(p, err)
+				continue
+			}
+			exec := u.Get("Service", "ExecStart")
+			if len(exec) != 1 {
+				fail(p, fmt.Errorf("has %d ExecStart lines", len(exec)))
+				continue
+			}
+			for _, arg := range strings.Fields(exec[0])[1:] {
+				if name, value, ok := strings.Cut(arg, "="); ok {
+					flags[name] = append(flags[name], value)
+				}
+			}
+		case strings.HasSuffix(p, strings.TrimPrefix(kubeletConfigPath, "/")):
+			var cfg kubeletv1beta1.KubeletConfiguration
+			if err := strict(f.Data, &cfg); err != nil {
+				fail(p, err)
+			} else if !slices.Equal(cfg.ClusterDNS, []string{c.Network.DNSServiceIP.String()}) {
+				fail(p, fmt.Errorf("clusterDNS %v is not the cluster's DNS IP %s", cfg.ClusterDNS, c.Network.DNSServiceIP))
+			}
+		case strings.HasSuffix(p, strings.TrimPrefix(kubeProxyConfigPath, "/")):
+			var cfg kubeproxyv1alpha1.KubeProxyConfiguration
+			if err := strict(f.Data, &cfg); err != nil {
+				fail(p, err)
+			}
+			proxyCIDRs = append(proxyCIDRs, cfg.ClusterCIDR)
+		case strings.HasSuffix(p, strings.TrimPrefix(schedulerConfigPath, "/")):
+			var cfg schedulerv1.KubeSchedulerConfiguration
+			if err := strict(f.Data, &cfg); err != nil {
+				fail(p, err)
+			}
+		case strings.HasSuffix(p, strings.TrimPrefix(auditPolicyPath, "/")):
+			var cfg auditv1.Policy
+			if err := strict(f.Data, &cfg); err != nil {
+				fail(p, err)
+			}
+		case strings.HasSuffix(p, strings.TrimPrefix(encryptionConfigPath, "/")):
+			var cfg apiserverv1.EncryptionConfiguration
+			if err := strict(f.Data, &cfg); err != nil {
+				fail(p, err)
+			}
+		case strings.HasSuffix(p, ".conflist"):
+			if _, err := libcni.ConfListFromBytes(f.Data); err != nil {
+				fail(p, err)
+			}
+		case strings.HasSuffix(p, ".toml") || strings.HasSuffix(p, "10-kcompile.conf"):
+			if _, err := verifyTOML(f.Data); err != nil {
+				fail(p, err)
+			}
+		case strings.HasSuffix(p, ".conf") && strings.Contains(p, "/etc/kubernetes/") || strings.HasSuffix(p, "kubeconfig") ||
+			strings.HasSuffix(p, "kubeconfig.conf") || strings.HasPrefix(p, "cluster/") && strings.HasSuffix(p, ".conf"):
+			if _, err := clientcmd.Load(f.Data); err != nil {
+				fail(p, err)
+			}
+		}
+	}
+	// One value per setting across components.
+	one := func(name string, want string) {
+		for _, v := range flags[name] {
+			if v != want {
+				errs = append(errs, fmt.Errorf("--%s is %s in one unit, but the cluster's is %s", strings.TrimPrefix(name, "--"), v, want))
+				return
+			}
+		}
+	}
+	one("--service-cluster-ip-range", joinPrefixes(c.Network.ServiceCIDRs))
+	one("--cluster-cidr", joinPrefixes(c.Network.PodCIDRs))
+	for _, v := range proxyCIDRs {
+		if v != joinPrefixes(c.Network.PodCIDRs) {
+			errs = append(errs, fmt.Errorf("a kube-proxy clusterCIDR is %s, but the cluster's pod CIDRs are %s", v, joinPrefixes(c.Network.PodCIDRs)))
+			break
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("kcompile bug: the systemd tree does not verify: %w", errors.Join(errs...))
+	}
+	return nil
+}
+
+// strict decodes YAML into an upstream type, refusing unknown fields.
+func strict(data []byte, into any) error {
+	if err := yaml.UnmarshalStrict(data, into); err != nil {
+		return fmt.Errorf("does not decode strictly as %T: %w", into, err)
+	}
+	return nil
+}
