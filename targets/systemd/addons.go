@@ -271,4 +271,3 @@ func nodeLabels(c *ir.Cluster) []runtime.Object {
 	}
 	return out
 }
-
