@@ -227,8 +227,7 @@ func (m *model) expandPool(name string, p specPool) {
 			}
 		}
 		n := &mnode{name: fmt.Sprintf(pattern, p.Start+i), role: ir.RoleWorker, path: path, pool: name, index: i,
-			spec: specNode{Labels: p.Labels, Taints: p.Taints, Capacity: p.Capacity, KubeletVersion: p.KubeletVersion,
-				Address: addr.String()}}
+			spec: specNode{specNodeCommon: p.specNodeCommon, Address: addr.String()}}
 		if second.IsValid() {
 			n.spec.SecondaryAddress = addr2.String()
 		}

@@ -43,16 +43,21 @@ type specCapacity struct {
 	MaxPods int    `json:"maxPods"`
 }
 
+// specNodeCommon is #NodeCommon: what a node and a pool share.
+type specNodeCommon struct {
+	Labels         map[string]string `json:"labels"`
+	Taints         []specTaint       `json:"taints"`
+	Capacity       specCapacity      `json:"capacity"`
+	KubeletVersion string            `json:"kubeletVersion"`
+}
+
 type specNode struct {
-	Labels           map[string]string `json:"labels"`
-	Taints           []specTaint       `json:"taints"`
-	Capacity         specCapacity      `json:"capacity"`
-	KubeletVersion   string            `json:"kubeletVersion"`
-	Address          string            `json:"address"`
-	SecondaryAddress string            `json:"secondaryAddress"`
-	MAC              string            `json:"mac"`
-	Zone             string            `json:"zone"`
-	Rack             string            `json:"rack"`
+	specNodeCommon
+	Address          string `json:"address"`
+	SecondaryAddress string `json:"secondaryAddress"`
+	MAC              string `json:"mac"`
+	Zone             string `json:"zone"`
+	Rack             string `json:"rack"`
 }
 
 type specEndpoint struct {
@@ -72,18 +77,15 @@ type specControlPlane struct {
 }
 
 type specPool struct {
-	Labels                map[string]string `json:"labels"`
-	Taints                []specTaint       `json:"taints"`
-	Capacity              specCapacity      `json:"capacity"`
-	KubeletVersion        string            `json:"kubeletVersion"`
-	Count                 int               `json:"count"`
-	NamePattern           string            `json:"namePattern"`
-	Start                 int               `json:"start"`
-	FirstAddress          string            `json:"firstAddress"`
-	FirstSecondaryAddress string            `json:"firstSecondaryAddress"`
-	MACs                  []string          `json:"macs"`
-	Zones                 []string          `json:"zones"`
-	Racks                 []string          `json:"racks"`
+	specNodeCommon
+	Count                 int      `json:"count"`
+	NamePattern           string   `json:"namePattern"`
+	Start                 int      `json:"start"`
+	FirstAddress          string   `json:"firstAddress"`
+	FirstSecondaryAddress string   `json:"firstSecondaryAddress"`
+	MACs                  []string `json:"macs"`
+	Zones                 []string `json:"zones"`
+	Racks                 []string `json:"racks"`
 }
 
 type specWorkers struct {
