@@ -49,8 +49,8 @@ controlPlane: nodes: {
 const haNet = ha + `network: nodes: ["10.0.0.0/16"]
 `
 
-// one is a single control-plane node and its network, lines 6-7; what
-// follows starts on line 8.
+// one is a single control-plane node and its network, lines 6-8; what
+// follows starts on line 9.
 const one = `
 name: "t"
 controlPlane: nodes: cp1: address: "10.0.0.11"
@@ -86,7 +86,7 @@ const rbd = `storage: drivers: "rbd.csi.ceph.com": {}
 `
 
 func checkCases() []checkCase {
-	return []checkCase{
+	return append(installCases(), []checkCase{
 		// names
 		{code: CodeClusterName,
 			pass: haNet,
@@ -434,7 +434,7 @@ workers: nodes: w1: address: "10.1.0.1"`,
 			pass: haNet + `pki: leafValidity: "1d"`,
 			fail: haNet + `pki: leafValidity: "0d"`,
 			path: "pki.leafValidity", pos: "14:20"},
-	}
+	}...)
 }
 
 func TestChecks(t *testing.T) {
@@ -478,5 +478,48 @@ func TestEveryRuleIsTested(t *testing.T) {
 		if !tested[r.Code] {
 			t.Errorf("rule %s (%s) has no case in checkCases", r.Code, r.Summary)
 		}
+	}
+}
+
+// sum is a well-formed sha256 for artifacts whose content no test fetches.
+const sum = "0000000000000000000000000000000000000000000000000000000000000000"
+
+// allArtifacts installs every binary the node of `one` needs (flannel,
+// containerd, kube-proxy), one artifact a line.
+func allArtifacts() string {
+	var b strings.Builder
+	for _, p := range []string{"/usr/local/bin/etcd", "/usr/local/bin/kube-apiserver", "/usr/local/bin/kube-controller-manager",
+		"/usr/local/bin/kube-scheduler", "/usr/local/bin/kubelet", "/usr/local/bin/kube-proxy", "/usr/local/bin/runc"} {
+		name := p[strings.LastIndex(p, "/")+1:]
+		fmt.Fprintf(&b, "install: artifacts: %q: {url: \"https://mirror.example.com/%s\", sha256: %q, path: %q}\n", name, name, sum, p)
+	}
+	fmt.Fprintf(&b, "install: artifacts: containerd: {url: \"https://mirror.example.com/containerd.tar.gz\", sha256: %q, extract: {\"bin/containerd\": \"/usr/local/bin/containerd\", \"bin/containerd-shim-runc-v2\": \"/usr/local/bin/containerd-shim-runc-v2\"}}\n", sum)
+	fmt.Fprintf(&b, "install: artifacts: cni: {url: \"https://mirror.example.com/cni.tgz\", sha256: %q, extract: {\"./loopback\": \"/opt/cni/bin/loopback\", \"./bridge\": \"/opt/cni/bin/bridge\", \"./host-local\": \"/opt/cni/bin/host-local\", \"./portmap\": \"/opt/cni/bin/portmap\"}}\n", sum)
+	return b.String()
+}
+
+func installCases() []checkCase {
+	download := one + `install: source: "download"` + "\n"
+	return []checkCase{
+		{code: CodeArtifactShape,
+			pass: one + `install: artifacts: x: {url: "https://example.com/x", sha256: "` + sum + `", path: "/usr/local/bin/x"}`,
+			fail: one + `install: artifacts: x: {url: "https://example.com/x", sha256: "` + sum + `", path: "/usr/local/bin/x", extract: {a: "/b"}}`,
+			path: "install.artifacts.x", pos: "9:24"},
+		{code: CodeBinaryMissing,
+			pass: download + allArtifacts(),
+			fail: download + strings.Replace(allArtifacts(), "/usr/local/bin/runc", "/usr/local/sbin/runc", 1),
+			path: "install.source", pos: "9:18"},
+		{code: CodeArtifactUnused,
+			pass: download + allArtifacts(),
+			fail: download + `install: artifacts: kubectl: {url: "https://example.com/kubectl", sha256: "` + sum + `", path: "/usr/local/bin/kubectl"}` + "\n" + allArtifacts(),
+			path: "install.artifacts.kubectl.path", pos: "10:149"},
+		{code: CodeArtifactClash,
+			pass: download + allArtifacts(),
+			fail: download + `install: artifacts: kubelet2: {url: "https://example.com/kubelet", sha256: "` + sum + `", path: "/usr/local/bin/kubelet"}` + "\n" + allArtifacts(),
+			path: "install.artifacts.kubelet2.path", pos: "10:150"},
+		{code: CodeArtifactsUnused,
+			pass: download + allArtifacts(),
+			fail: one + allArtifacts(),
+			path: "install.artifacts", pos: "9:21"},
 	}
 }

@@ -98,6 +98,14 @@ func lower(m *model) *ir.Cluster {
 		PodSecurity:      s.Security.Admission.PodSecurity,
 	}
 	c.Addons = ir.Addons{CoreDNS: ir.CoreDNS{Version: s.Addons.CoreDNS.Version, Replicas: s.Addons.CoreDNS.Replicas}}
+	c.Install = ir.Install{Source: s.Install.Source}
+	for _, name := range sortedKeys(s.Install.Artifacts) {
+		a := s.Install.Artifacts[name]
+		c.Install.Artifacts = append(c.Install.Artifacts, ir.Artifact{Name: name, URL: a.URL, SHA256: a.SHA256, Path: a.Path, Extract: labels(a.Extract)})
+	}
+	for i := range c.Nodes {
+		c.Nodes[i].Binaries = nodeBinaries(s, c.Nodes[i])
+	}
 
 	sort.SliceStable(settings, func(i, j int) bool { return settings[i].Path < settings[j].Path })
 	c.Settings = settings
@@ -278,4 +286,48 @@ func firstPath(from string) string {
 		return ""
 	}
 	return f[0]
+}
+
+// nodeBinaries lists the programs a node's components need, with the
+// version each must report where its version is the spec's.
+func nodeBinaries(s *specCluster, n ir.Node) []ir.Binary {
+	k := s.Kubernetes.Components
+	bin := func(name, version, flag string) ir.Binary {
+		return ir.Binary{Path: ir.BinDir + "/" + name, Version: version, VersionFlag: flag}
+	}
+	kube := func(v string) string { return "Kubernetes v" + v }
+	var out []ir.Binary
+	if n.Runs(ir.ComponentEtcd) {
+		out = append(out, bin("etcd", "etcd Version: "+s.Etcd.Version, "--version"))
+	}
+	if n.Runs(ir.ComponentAPIServer) {
+		out = append(out, bin("kube-apiserver", kube(k.APIServer), "--version"),
+			bin("kube-controller-manager", kube(k.ControllerManager), "--version"),
+			bin("kube-scheduler", kube(k.Scheduler), "--version"))
+	}
+	if !n.RunsPods() {
+		return out
+	}
+	out = append(out, bin("kubelet", kube(n.KubeletVersion), "--version"))
+	if n.Runs(ir.ComponentKubeProxy) {
+		out = append(out, bin("kube-proxy", kube(k.KubeProxy), "--version"))
+	}
+	if s.Runtime.Engine == "cri-o" {
+		out = append(out, bin("crio", s.Runtime.Version, "--version"), bin("conmon", "", ""), bin("runc", "", ""))
+	} else {
+		out = append(out, bin("containerd", "v"+s.Runtime.Version, "--version"), bin("containerd-shim-runc-v2", "", ""), bin("runc", "", ""))
+	}
+	// The CNI plugins the runtime and the network configuration call;
+	// calico and cilium install their own plugin from their DaemonSets.
+	plugins := []string{"loopback"}
+	switch s.Network.CNI.Plugin {
+	case "flannel":
+		plugins = append(plugins, "bridge", "host-local", "portmap")
+	case "calico":
+		plugins = append(plugins, "portmap")
+	}
+	for _, p := range plugins {
+		out = append(out, ir.Binary{Path: "/opt/cni/bin/" + p})
+	}
+	return out
 }

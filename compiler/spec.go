@@ -18,6 +18,19 @@ type specCluster struct {
 	PKI          specPKI          `json:"pki"`
 	Security     specSecurity     `json:"security"`
 	Addons       specAddons       `json:"addons"`
+	Install      specInstall      `json:"install"`
+}
+
+type specArtifact struct {
+	URL     string            `json:"url"`
+	SHA256  string            `json:"sha256"`
+	Path    string            `json:"path"`
+	Extract map[string]string `json:"extract"`
+}
+
+type specInstall struct {
+	Source    string                  `json:"source"`
+	Artifacts map[string]specArtifact `json:"artifacts"`
 }
 
 type specKubernetes struct {

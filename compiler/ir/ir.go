@@ -26,6 +26,7 @@ type Cluster struct {
 	PKI      PKI
 	Security Security
 	Addons   Addons
+	Install  Install
 	// Settings are every effective value with its origin, sorted by path.
 	Settings []Setting
 }
@@ -107,6 +108,23 @@ type Node struct {
 	Taints         []Taint
 	Capacity       Capacity
 	KubeletVersion string
+	// Binaries are the programs the node's components need, with the
+	// version each must report.
+	Binaries []Binary
+}
+
+// BinDir is where every component binary is installed on a node.
+const BinDir = "/usr/local/bin"
+
+// Binary is a program a node needs.
+type Binary struct {
+	// Path is absolute, e.g. "/usr/local/bin/kubelet".
+	Path string
+	// Version is what the program's version output must contain; empty
+	// for helpers whose version is not checked (runc, CNI plugins).
+	Version string
+	// VersionFlag makes the program print its version.
+	VersionFlag string
 }
 
 // Address is the node's primary address.
@@ -261,6 +279,24 @@ type Audit struct {
 	MaxAgeDays int
 	MaxBackups int
 	MaxSizeMB  int
+}
+
+// Install says how binaries reach the nodes.
+type Install struct {
+	// Source is "preinstalled" or "download".
+	Source    string
+	Artifacts []Artifact
+}
+
+// Artifact is one file to download and check.
+type Artifact struct {
+	Name   string
+	URL    string
+	SHA256 string
+	// Path is where a single binary goes; Extract maps archive members
+	// to paths.
+	Path    string
+	Extract []Label
 }
 
 // Addons are the cluster services kcompile deploys.
