@@ -41,6 +41,16 @@ func nodeFiles(m *pki.Material, tree *targets.Tree) error {
 				return err
 			}
 		}
+		list, err := binariesList(c, n)
+		if err != nil {
+			return fmt.Errorf("%s: %w", n.Name, err)
+		}
+		if err := add(installList[1:], list, 0o644); err != nil {
+			return err
+		}
+		if err := add(installScript[1:], []byte(installScriptText), 0o755); err != nil {
+			return err
+		}
 		configs := map[string]any{}
 		if n.RunsPods() {
 			configs[kubeletConfigPath] = kubeletConfig(c, n)

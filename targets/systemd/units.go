@@ -52,7 +52,13 @@ func nodeUnits(c *ir.Cluster, n ir.Node) []unitFile {
 				[]string{flag("config", kubeProxyConfigPath)})})
 		}
 	}
-	return out
+	if len(out) == 0 {
+		return nil
+	}
+	for i := range out {
+		requireInstall(&out[i].Unit)
+	}
+	return append([]unitFile{installUnitFile()}, out...)
 }
 
 // runtimeUnit is the container runtime's service. Its binaries come from
