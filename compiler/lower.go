@@ -118,7 +118,7 @@ func lowerNetwork(m *model) ir.Network {
 		NodeMaskIPv4: s.NodeCIDRMaskSize.IPv4, NodeMaskIPv6: s.NodeCIDRMaskSize.IPv6,
 		Domain: s.Domain, MTU: s.MTU, NetworkPolicy: s.NetworkPolicy, KubeProxyMode: s.KubeProxy.Mode,
 		CNI: ir.CNI{Plugin: s.CNI.Plugin, Version: s.CNI.Version, Mode: s.CNI.Mode, WireGuard: s.CNI.WireGuard,
-			KubeProxyReplacement: s.CNI.KubeProxyReplacement},
+			KubeProxyReplacement: s.CNI.KubeProxyReplacement, Images: s.CNI.Images},
 	}
 	for _, x := range s.Nodes {
 		n.NodeNetworks = append(n.NodeNetworks, netip.MustParsePrefix(x))

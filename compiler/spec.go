@@ -136,12 +136,13 @@ type specNetwork struct {
 	MTU           int    `json:"mtu"`
 	NetworkPolicy bool   `json:"networkPolicy"`
 	CNI           struct {
-		Plugin               string `json:"plugin"`
-		Version              string `json:"version"`
-		Mode                 string `json:"mode"`
-		WireGuard            bool   `json:"wireguard"`
-		KubeProxyReplacement bool   `json:"kubeProxyReplacement"`
-		MTU                  int    `json:"mtu"`
+		Plugin               string            `json:"plugin"`
+		Version              string            `json:"version"`
+		Mode                 string            `json:"mode"`
+		WireGuard            bool              `json:"wireguard"`
+		KubeProxyReplacement bool              `json:"kubeProxyReplacement"`
+		MTU                  int               `json:"mtu"`
+		Images               map[string]string `json:"images"`
 	} `json:"cni"`
 	KubeProxy struct {
 		Mode string `json:"mode"`

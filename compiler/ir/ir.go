@@ -215,6 +215,17 @@ type CNI struct {
 	Mode                 string
 	WireGuard            bool
 	KubeProxyReplacement bool
+	// Images overrides the plugin's component images by component name.
+	Images map[string]string
+}
+
+// Image returns the image of a CNI component: the spec's override, or
+// fallback (the plugin's release image of Version).
+func (c CNI) Image(component, fallback string) string {
+	if img, ok := c.Images[component]; ok {
+		return img
+	}
+	return fallback
 }
 
 // Storage is the CSI drivers and StorageClasses.
