@@ -86,8 +86,26 @@ func isCAFile(rel string) bool {
 	return strings.HasSuffix(rel, "ca.crt") || rel == "pki/ca.crt"
 }
 
+// isKubeconfig recognises the kubeconfigs of the layout, on a node (rel
+// to its root) or in the cluster tree (a top-level .conf).
 func isKubeconfig(rel string) bool {
-	return strings.HasSuffix(rel, ".conf") || strings.HasSuffix(rel, "kubeconfig")
+	rel = filepath.ToSlash(rel)
+	if i := strings.Index(rel, "/nodes/"); i >= 0 {
+		// An absolute path inside a tree: make it node-relative.
+		rest := rel[i+len("/nodes/"):]
+		if j := strings.Index(rest, "/"); j >= 0 {
+			rel = rest[j+1:]
+		}
+	} else if i := strings.LastIndex(rel, "/cluster/"); i >= 0 {
+		rel = rel[i+len("/cluster/"):]
+	}
+	switch {
+	case !strings.Contains(rel, "/") && strings.HasSuffix(rel, ".conf"):
+		return true
+	case strings.HasPrefix(rel, kubeconfigs) && strings.HasSuffix(rel, ".conf") && !strings.Contains(strings.TrimPrefix(rel, kubeconfigs), "/"):
+		return true
+	}
+	return rel == "var/lib/kube-proxy/kubeconfig.conf" || rel == "etc/cni/net.d/calico-kubeconfig"
 }
 
 func verifyNode(dir string, now time.Time, add func(p, format string, args ...any)) error {
