@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 
 	"github.com/kcompile/kcompile/compiler/diag"
 )
@@ -31,8 +32,12 @@ func cniFamily() family {
 }
 
 // encapOverhead is the bytes a mode adds to every pod packet on the wire.
-func encapOverhead(mode string, wireguard bool) (int, string) {
+func encapOverhead(plugin, mode string, wireguard bool) (int, string) {
 	if wireguard {
+		// Cilium encrypts the tunnelled packet, so both headers count.
+		if plugin == "cilium" && (mode == "vxlan" || mode == "geneve") {
+			return 130, "WireGuard over " + strings.ToUpper(mode)
+		}
 		return 80, "WireGuard"
 	}
 	switch mode {
@@ -78,7 +83,7 @@ func checkCNI(m *model) {
 		m.report(CodeNoneNeedsKPR, "network.kubeProxy.mode", fmt.Sprintf("kube-proxy mode is \"none\" but %s does not implement Services: ClusterIPs would not work", cni.Plugin),
 			`use plugin "cilium" with kubeProxyReplacement: true, or choose mode "nftables", "iptables" or "ipvs"`)
 	}
-	overhead, what := encapOverhead(cni.Mode, cni.WireGuard)
+	overhead, what := encapOverhead(cni.Plugin, cni.Mode, cni.WireGuard)
 	if cni.MTU != 0 && cni.MTU > n.MTU-overhead {
 		m.report(CodePodMTU, "network.cni.mtu", fmt.Sprintf("pod MTU %d does not fit node MTU %d minus %d bytes of %s: packets would fragment or drop", cni.MTU, n.MTU, overhead, what),
 			fmt.Sprintf("set the pod MTU to at most %d, or leave it out to get that value", n.MTU-overhead), "network.mtu")

@@ -141,7 +141,7 @@ func lowerNetwork(m *model) ir.Network {
 		// usable one rather than fail, the checks accept the range.
 		n.DNSServiceIP = lastAddr(n.ServiceCIDRs[0]).Prev()
 	}
-	overhead, _ := encapOverhead(s.CNI.Mode, s.CNI.WireGuard)
+	overhead, _ := encapOverhead(s.CNI.Plugin, s.CNI.Mode, s.CNI.WireGuard)
 	n.PodMTU = s.MTU - overhead
 	if s.CNI.MTU != 0 {
 		n.PodMTU = s.CNI.MTU
