@@ -2,16 +2,16 @@ package main
 
 import (
 	"fmt"
-	"path"
 	"path/filepath"
 
 	"github.com/kcompile/kcompile/compiler/pki"
 	"github.com/kcompile/kcompile/targets"
+	"github.com/kcompile/kcompile/targets/systemd"
 )
 
 type buildCmd struct {
 	specAndSecrets
-	Target string `short:"t" enum:"pki" default:"pki" help:"What to build: pki (certificates, keys and kubeconfigs per node)."`
+	Target string `short:"t" enum:"systemd,pki" default:"systemd" help:"What to build: systemd (per-node root trees and cluster addons) or pki (certificates, keys and kubeconfigs per node)."`
 	Out    string `short:"o" default:"out" help:"Output directory; the target is written to OUT/<target>, replacing it atomically."`
 }
 
@@ -20,18 +20,15 @@ func (c *buildCmd) Run(e *env) error {
 	if err != nil {
 		return err
 	}
-	files, err := pki.Files(m)
-	if err != nil {
-		return err
-	}
-	tree := targets.NewTree()
-	for _, f := range files {
-		p := path.Join("cluster", f.Path)
-		if f.Node != "" {
-			p = path.Join("nodes", f.Node, f.Path)
+	var tree *targets.Tree
+	switch c.Target {
+	case "systemd":
+		if tree, err = (systemd.Target{}).Build(m); err != nil {
+			return err
 		}
-		if err := tree.Add(p, f.Data, f.Mode); err != nil {
-			return fmt.Errorf("kcompile bug: %w", err)
+	default:
+		if tree, err = pkiTree(m); err != nil {
+			return err
 		}
 	}
 	dir := filepath.Join(c.Out, c.Target)
@@ -40,4 +37,23 @@ func (c *buildCmd) Run(e *env) error {
 	}
 	fmt.Fprintf(e.stdout, "wrote %s: %d files for %d nodes\n", dir, tree.Len(), len(m.Cluster.Nodes))
 	return nil
+}
+
+// pkiTree lays the issued PKI out as a tree of its own.
+func pkiTree(m *pki.Material) (*targets.Tree, error) {
+	files, err := pki.Files(m)
+	if err != nil {
+		return nil, err
+	}
+	tree := targets.NewTree()
+	for _, f := range files {
+		p := targets.ClusterPath(f.Path)
+		if f.Node != "" {
+			p = targets.NodePath(f.Node, f.Path)
+		}
+		if err := tree.Add(p, f.Data, f.Mode); err != nil {
+			return nil, fmt.Errorf("kcompile bug: %w", err)
+		}
+	}
+	return tree, nil
 }

@@ -1,31 +1,30 @@
 package pki
 
 import (
+	"encoding/base64"
 	"fmt"
-
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"strconv"
+	"strings"
 )
 
 // kubeconfig renders the kubeconfig of a client certificate with every
-// credential embedded, so the file works wherever it is copied.
+// credential embedded, so the file works wherever it is copied. It is
+// written directly rather than through clientcmd.Write, which converts
+// through the API machinery and dominates the build of a large cluster;
+// every kubeconfig is read back with clientcmd.Load, in the tests and by
+// `kcompile pki verify`, so the two cannot drift apart.
 func kubeconfig(clusterName string, caPEM []byte, l Issued) ([]byte, error) {
 	if l.Kubeconfig == nil {
 		return nil, fmt.Errorf("%s has no kubeconfig", l.ID)
 	}
-	user := l.CommonName
-	context := user + "@" + clusterName
-	cfg := clientcmdapi.Config{
-		Clusters: map[string]*clientcmdapi.Cluster{
-			clusterName: {Server: l.Kubeconfig.Server, CertificateAuthorityData: caPEM},
-		},
-		AuthInfos: map[string]*clientcmdapi.AuthInfo{
-			user: {ClientCertificateData: l.CertPEM, ClientKeyData: l.KeyPEM},
-		},
-		Contexts: map[string]*clientcmdapi.Context{
-			context: {Cluster: clusterName, AuthInfo: user},
-		},
-		CurrentContext: context,
-	}
-	return clientcmd.Write(cfg)
+	b64 := base64.StdEncoding.EncodeToString
+	user := strconv.Quote(l.CommonName)
+	cluster := strconv.Quote(clusterName)
+	context := strconv.Quote(l.CommonName + "@" + clusterName)
+	var b strings.Builder
+	b.WriteString("apiVersion: v1\nkind: Config\nclusters:\n")
+	fmt.Fprintf(&b, "- name: %s\n  cluster:\n    server: %s\n    certificate-authority-data: %s\n", cluster, strconv.Quote(l.Kubeconfig.Server), b64(caPEM))
+	fmt.Fprintf(&b, "users:\n- name: %s\n  user:\n    client-certificate-data: %s\n    client-key-data: %s\n", user, b64(l.CertPEM), b64(l.KeyPEM))
+	fmt.Fprintf(&b, "contexts:\n- name: %s\n  context:\n    cluster: %s\n    user: %s\ncurrent-context: %s\n", context, cluster, user, context)
+	return []byte(b.String()), nil
 }

@@ -9,12 +9,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/client-go/kubernetes/scheme"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 
 	"github.com/kcompile/kcompile/compiler/ir"
 )
@@ -35,9 +36,18 @@ func manifest(objs ...runtime.Object) ([]byte, error) {
 }
 
 // decodeManifest decodes every document of a manifest strictly with the
-// client-go scheme, as `kubectl apply` would, and returns the objects.
+// client-go scheme plus apiextensions.k8s.io/v1 (the CNI plugins ship
+// CustomResourceDefinitions), as `kubectl apply` would, and returns the
+// objects. The scheme is built per call: no shared mutable state.
 func decodeManifest(data []byte) ([]runtime.Object, error) {
-	codecs := serializer.NewCodecFactory(scheme.Scheme, serializer.EnableStrict)
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		return nil, err
+	}
+	if err := apiextensionsv1.AddToScheme(s); err != nil {
+		return nil, err
+	}
+	codecs := serializer.NewCodecFactory(s, serializer.EnableStrict)
 	dec := codecs.UniversalDeserializer()
 	var out []runtime.Object
 	for i, doc := range bytes.Split(data, []byte("\n---\n")) {

@@ -2,6 +2,7 @@ package systemd
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -67,8 +68,10 @@ func kubeletConfig(c *ir.Cluster, n ir.Node) *kubeletv1beta1.KubeletConfiguratio
 	}
 }
 
-// kubeProxyConfig is the node's KubeProxyConfiguration.
-func kubeProxyConfig(c *ir.Cluster, n ir.Node) *kubeproxyv1alpha1.KubeProxyConfiguration {
+// kubeProxyConfig is the KubeProxyConfiguration every node shares; the
+// node's name is given by --hostname-override, which kube-proxy applies
+// over its configuration file.
+func kubeProxyConfig(c *ir.Cluster) *kubeproxyv1alpha1.KubeProxyConfiguration {
 	var cidrs []string
 	for _, p := range c.Network.PodCIDRs {
 		cidrs = append(cidrs, p.String())
@@ -76,7 +79,6 @@ func kubeProxyConfig(c *ir.Cluster, n ir.Node) *kubeproxyv1alpha1.KubeProxyConfi
 	cfg := &kubeproxyv1alpha1.KubeProxyConfiguration{
 		TypeMeta:           metav1.TypeMeta{APIVersion: "kubeproxy.config.k8s.io/v1alpha1", Kind: "KubeProxyConfiguration"},
 		ClientConnection:   componentbasev1alpha1.ClientConnectionConfiguration{Kubeconfig: kubeProxyKubeconfig},
-		HostnameOverride:   n.Name,
 		BindAddress:        "0.0.0.0",
 		MetricsBindAddress: "127.0.0.1:10249",
 		Mode:               kubeproxyv1alpha1.ProxyMode(c.Network.KubeProxyMode),
@@ -146,6 +148,45 @@ func auditPolicy() *auditv1.Policy {
 			{Level: auditv1.LevelMetadata},
 		},
 	}
+}
+
+// renderCache remembers rendered and verified configs by content within
+// one build: most nodes of a large cluster share theirs.
+type renderCache struct {
+	rendered map[string][]byte
+	verified map[[32]byte]error
+}
+
+func newRenderCache() *renderCache {
+	return &renderCache{rendered: map[string][]byte{}, verified: map[[32]byte]error{}}
+}
+
+// marshal is marshalConfig, once per distinct config.
+func (rc *renderCache) marshal(v any) ([]byte, error) {
+	j, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	key := fmt.Sprintf("%T%s", v, j)
+	if b, ok := rc.rendered[key]; ok {
+		return b, nil
+	}
+	b, err := marshalConfig(v)
+	if err == nil {
+		rc.rendered[key] = b
+	}
+	return b, err
+}
+
+// once runs check for each distinct content.
+func (rc *renderCache) once(data []byte, check func() error) error {
+	key := sha256.Sum256(data)
+	if err, ok := rc.verified[key]; ok {
+		return err
+	}
+	err := check()
+	rc.verified[key] = err
+	return err
 }
 
 // marshalConfig renders a component config as YAML. Nulls and empty

@@ -21,7 +21,7 @@ func TestConfigsDecodeStrictly(t *testing.T) {
 			if n.RunsPods() {
 				cfgs = append(cfgs, kubeletConfig(c, n))
 				if n.Runs(ir.ComponentKubeProxy) {
-					cfgs = append(cfgs, kubeProxyConfig(c, n))
+					cfgs = append(cfgs, kubeProxyConfig(c))
 				}
 			}
 			if n.Runs(ir.ComponentAPIServer) {
@@ -97,7 +97,7 @@ func TestCrossArtifactValues(t *testing.T) {
 	if !strings.Contains(api, "--service-cluster-ip-range="+svc) || !strings.Contains(cm, "--service-cluster-ip-range="+svc) {
 		t.Errorf("service CIDRs differ:\n%s\n%s", api, cm)
 	}
-	if !strings.Contains(cm, "--cluster-cidr="+pods) || kubeProxyConfig(c, cp).ClusterCIDR != pods {
+	if !strings.Contains(cm, "--cluster-cidr="+pods) || kubeProxyConfig(c).ClusterCIDR != pods {
 		t.Errorf("pod CIDRs differ")
 	}
 	if !strings.Contains(cm, "--node-cidr-mask-size-ipv4=24") || !strings.Contains(cm, "--node-cidr-mask-size-ipv6=64") {

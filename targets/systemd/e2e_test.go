@@ -72,7 +72,7 @@ func runControlPlane(t *testing.T) {
 	c := compileExample(t, "single-node")
 	m := testMaterial(t, c)
 	tree := targets.NewTree()
-	if err := nodeFiles(m, tree); err != nil {
+	if err := nodeFiles(m, tree, newRenderCache()); err != nil {
 		t.Fatal(err)
 	}
 	top := t.TempDir()

@@ -109,7 +109,7 @@ func cniConfList(c *ir.Cluster, n ir.Node) (string, []byte, error) {
 		plugins = []any{map[string]any{
 			"type": "calico", "log_level": "info", "datastore_type": "kubernetes", "nodename": n.Name,
 			"mtu":        c.Network.PodMTU,
-			"ipam":       map[string]any{"type": "calico-ipam"},
+			"ipam":       calicoIPAM(c),
 			"policy":     map[string]any{"type": "k8s"},
 			"kubernetes": map[string]any{"kubeconfig": "/etc/cni/net.d/calico-kubeconfig"},
 		}, portmap}
@@ -143,4 +143,22 @@ func verifyTOML(data []byte) (map[string]any, error) {
 		return nil, err
 	}
 	return m, nil
+}
+
+// calicoIPAM asks calico-ipam for an address of each family the pod
+// CIDRs have: it assigns IPv4 only unless told otherwise.
+func calicoIPAM(c *ir.Cluster) map[string]any {
+	v4, v6 := false, false
+	for _, p := range c.Network.PodCIDRs {
+		v4 = v4 || p.Addr().Is4()
+		v6 = v6 || p.Addr().Is6()
+	}
+	ipam := map[string]any{"type": "calico-ipam"}
+	if v6 {
+		ipam["assign_ipv6"] = "true"
+	}
+	if !v4 {
+		ipam["assign_ipv4"] = "false"
+	}
+	return ipam
 }

@@ -17,7 +17,7 @@ import (
 
 // nodeFiles adds every file of every node, and the cluster-wide PKI files,
 // to the tree.
-func nodeFiles(m *pki.Material, tree *targets.Tree) error {
+func nodeFiles(m *pki.Material, tree *targets.Tree, rc *renderCache) error {
 	c := m.Cluster
 	pkiFiles, err := pki.Files(m)
 	if err != nil {
@@ -55,7 +55,7 @@ func nodeFiles(m *pki.Material, tree *targets.Tree) error {
 		if n.RunsPods() {
 			configs[kubeletConfigPath] = kubeletConfig(c, n)
 			if n.Runs(ir.ComponentKubeProxy) {
-				configs[kubeProxyConfigPath] = kubeProxyConfig(c, n)
+				configs[kubeProxyConfigPath] = kubeProxyConfig(c)
 			}
 			rp, rc, err := runtimeConfig(c)
 			if err != nil {
@@ -81,7 +81,7 @@ func nodeFiles(m *pki.Material, tree *targets.Tree) error {
 			}
 		}
 		for _, p := range sortedPaths(configs) {
-			data, err := marshalConfig(configs[p])
+			data, err := rc.marshal(configs[p])
 			if err != nil {
 				return fmt.Errorf("%s on %s: %w", p, n.Name, err)
 			}
@@ -91,7 +91,7 @@ func nodeFiles(m *pki.Material, tree *targets.Tree) error {
 		}
 		if n.Runs(ir.ComponentAPIServer) && c.Security.EncryptionAtRest {
 			// The encryption key opens every Secret: owner-only.
-			data, err := marshalConfig(encryptionConfig(c, m.Bundle.EncryptionKey))
+			data, err := rc.marshal(encryptionConfig(c, m.Bundle.EncryptionKey))
 			if err != nil {
 				return err
 			}

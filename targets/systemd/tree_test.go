@@ -28,12 +28,9 @@ func testMaterial(t testing.TB, c *ir.Cluster) *pki.Material {
 func TestNodeFilesVerify(t *testing.T) {
 	for _, name := range examples {
 		c := compileExample(t, name)
-		tree := targets.NewTree()
-		if err := nodeFiles(testMaterial(t, c), tree); err != nil {
+		tree, err := Target{}.Build(testMaterial(t, c))
+		if err != nil {
 			t.Fatalf("%s: %v", name, err)
-		}
-		if err := verify(tree, c); err != nil {
-			t.Errorf("%s: %v", name, err)
 		}
 		for _, n := range c.Nodes {
 			for _, want := range []string{"etc/systemd/system/"} {
@@ -55,9 +52,8 @@ func TestNodeFilesVerify(t *testing.T) {
 
 func TestVerifyCatchesInconsistency(t *testing.T) {
 	c := compileExample(t, "ha-stacked")
-	m := testMaterial(t, c)
-	tree := targets.NewTree()
-	if err := nodeFiles(m, tree); err != nil {
+	tree, err := Target{}.Build(testMaterial(t, c))
+	if err != nil {
 		t.Fatal(err)
 	}
 	// Rebuild the tree with one kubelet config pointing at another DNS IP
@@ -77,7 +73,7 @@ func TestVerifyCatchesInconsistency(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	err := verify(bad, c)
+	err = verify(bad, c, newRenderCache())
 	if err == nil {
 		t.Fatal("an inconsistent tree verified")
 	}

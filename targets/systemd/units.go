@@ -49,7 +49,7 @@ func nodeUnits(c *ir.Cluster, n ir.Node) []unitFile {
 		if n.Runs(ir.ComponentKubeProxy) {
 			out = append(out, unitFile{"kube-proxy.service", service("Kubernetes network proxy", docs+"kube-proxy/",
 				[]string{"network-online.target"}, nil, program("kube-proxy"),
-				[]string{flag("config", kubeProxyConfigPath)})})
+				[]string{flag("config", kubeProxyConfigPath), flag("hostname-override", n.Name)})})
 		}
 	}
 	if len(out) == 0 {

@@ -23,7 +23,7 @@ import (
 // and checks that values shared by several components are one value. A
 // failure is a compiler bug: the spec was checked before the tree was
 // built.
-func verify(tree *targets.Tree, c *ir.Cluster) error {
+func verify(tree *targets.Tree, c *ir.Cluster, rc *renderCache) error {
 	var errs []error
 	fail := func(p string, err error) { errs = append(errs, fmt.Errorf("%s: %w", p, err)) }
 	flags := map[string][]string{} // flag=value seen per flag name, across units
@@ -48,18 +48,29 @@ func verify(tree *targets.Tree, c *ir.Cluster) error {
 				}
 			}
 		case strings.HasSuffix(p, strings.TrimPrefix(kubeletConfigPath, "/")):
-			var cfg kubeletv1beta1.KubeletConfiguration
-			if err := strict(f.Data, &cfg); err != nil {
+			if err := rc.once(f.Data, func() error {
+				var cfg kubeletv1beta1.KubeletConfiguration
+				if err := strict(f.Data, &cfg); err != nil {
+					return err
+				}
+				if !slices.Equal(cfg.ClusterDNS, []string{c.Network.DNSServiceIP.String()}) {
+					return fmt.Errorf("clusterDNS %v is not the cluster's DNS IP %s", cfg.ClusterDNS, c.Network.DNSServiceIP)
+				}
+				return nil
+			}); err != nil {
 				fail(p, err)
-			} else if !slices.Equal(cfg.ClusterDNS, []string{c.Network.DNSServiceIP.String()}) {
-				fail(p, fmt.Errorf("clusterDNS %v is not the cluster's DNS IP %s", cfg.ClusterDNS, c.Network.DNSServiceIP))
 			}
 		case strings.HasSuffix(p, strings.TrimPrefix(kubeProxyConfigPath, "/")):
-			var cfg kubeproxyv1alpha1.KubeProxyConfiguration
-			if err := strict(f.Data, &cfg); err != nil {
+			if err := rc.once(f.Data, func() error {
+				var cfg kubeproxyv1alpha1.KubeProxyConfiguration
+				if err := strict(f.Data, &cfg); err != nil {
+					return err
+				}
+				proxyCIDRs = append(proxyCIDRs, cfg.ClusterCIDR)
+				return nil
+			}); err != nil {
 				fail(p, err)
 			}
-			proxyCIDRs = append(proxyCIDRs, cfg.ClusterCIDR)
 		case strings.HasSuffix(p, strings.TrimPrefix(schedulerConfigPath, "/")):
 			var cfg schedulerv1.KubeSchedulerConfiguration
 			if err := strict(f.Data, &cfg); err != nil {
@@ -85,7 +96,7 @@ func verify(tree *targets.Tree, c *ir.Cluster) error {
 			}
 		case strings.HasSuffix(p, ".conf") && strings.Contains(p, "/etc/kubernetes/") || strings.HasSuffix(p, "kubeconfig") ||
 			strings.HasSuffix(p, "kubeconfig.conf") || strings.HasPrefix(p, "cluster/") && strings.HasSuffix(p, ".conf"):
-			if _, err := clientcmd.Load(f.Data); err != nil {
+			if err := rc.once(f.Data, func() error { _, err := clientcmd.Load(f.Data); return err }); err != nil {
 				fail(p, err)
 			}
 		}
@@ -106,6 +117,9 @@ func verify(tree *targets.Tree, c *ir.Cluster) error {
 			errs = append(errs, fmt.Errorf("a kube-proxy clusterCIDR is %s, but the cluster's pod CIDRs are %s", v, joinPrefixes(c.Network.PodCIDRs)))
 			break
 		}
+	}
+	if err := verifyAddons(tree, c); err != nil {
+		errs = append(errs, err)
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("kcompile bug: the systemd tree does not verify: %w", errors.Join(errs...))
