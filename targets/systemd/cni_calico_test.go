@@ -37,19 +37,7 @@ func calicoObjects(t *testing.T, example string, edit func(c *ir.Cluster)) (*ir.
 	if edit != nil {
 		edit(c)
 	}
-	set := calicoManifests(c)
-	data, err := manifest(set...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	objs, err := decodeManifest(data)
-	if err != nil {
-		t.Fatalf("%s: %v", example, err)
-	}
-	if len(objs) != len(set) {
-		t.Fatalf("%s: %d objects rendered, %d decoded", example, len(set), len(objs))
-	}
-	return c, objs
+	return c, cniDecoded(t, calicoManifests(c))
 }
 
 func calicoFind[T runtime.Object](objs []runtime.Object, name string) T {
