@@ -24,28 +24,31 @@ const flannelNamespace = "kube-flannel"
 // image their kube-flannel.yml installs: each entry holds from its flannel
 // version up to the next entry's. Taken from Documentation/kube-flannel.yml
 // at each flannel release tag.
-var flannelCNIPluginTags = []struct{ from, tag string }{
-	{"0.24.0", "v1.2.0"},
-	{"0.24.2", "v1.4.0-flannel1"},
-	{"0.25.2", "v1.4.1-flannel1"},
-	{"0.25.5", "v1.5.1-flannel1"},
-	{"0.25.6", "v1.5.1-flannel2"},
-	{"0.26.2", "v1.6.0-flannel1"},
-	{"0.26.4", "v1.6.2-flannel1"},
-	{"0.27.0", "v1.7.1-flannel1"},
-	{"0.27.4", "v1.8.0-flannel1"},
-	{"0.28.1", "v1.9.0-flannel1"},
-	{"0.28.3", "v1.9.1-flannel1"},
-	{"0.28.6", "v1.9.1-flannel2"},
-	{"0.28.9", "v1.9.1-flannel3"},
+func flannelCNIPluginTags() []struct{ from, tag string } {
+	return []struct{ from, tag string }{
+		{"0.24.0", "v1.2.0"},
+		{"0.24.2", "v1.4.0-flannel1"},
+		{"0.25.2", "v1.4.1-flannel1"},
+		{"0.25.5", "v1.5.1-flannel1"},
+		{"0.25.6", "v1.5.1-flannel2"},
+		{"0.26.2", "v1.6.0-flannel1"},
+		{"0.26.4", "v1.6.2-flannel1"},
+		{"0.27.0", "v1.7.1-flannel1"},
+		{"0.27.4", "v1.8.0-flannel1"},
+		{"0.28.1", "v1.9.0-flannel1"},
+		{"0.28.3", "v1.9.1-flannel1"},
+		{"0.28.6", "v1.9.1-flannel2"},
+		{"0.28.9", "v1.9.1-flannel3"},
+	}
 }
 
 // flannelCNIPluginTag is the flannel-cni-plugin tag released with flannel
 // version v: that of the newest pairing not after v (the oldest known for
 // older releases).
 func flannelCNIPluginTag(v string) string {
-	tag := flannelCNIPluginTags[0].tag
-	for _, p := range flannelCNIPluginTags {
+	tags := flannelCNIPluginTags()
+	tag := tags[0].tag
+	for _, p := range tags {
 		if flannelCompareVersions(p.from, v) <= 0 {
 			tag = p.tag
 		}
@@ -121,7 +124,15 @@ type flannelBackend struct {
 // flannelOverhead is what flanneld subtracts from the backend MTU for the
 // pod interfaces (pkg/backend/vxlan encapOverhead, wireguard overhead);
 // host-gw routes unencapsulated and has no MTU option.
-var flannelOverhead = map[string]int{"vxlan": 50, "wireguard": 80}
+func flannelOverhead(backend string) (int, bool) {
+	switch backend {
+	case "vxlan":
+		return 50, true
+	case "wireguard":
+		return 80, true
+	}
+	return 0, false
+}
 
 // flannelNetConfJSON is net-conf.json for the spec: the pod CIDR of each
 // family and the backend of network.cni.mode, with the outer MTU that
@@ -140,7 +151,7 @@ func flannelNetConfJSON(c *ir.Cluster) string {
 	if v6.IsValid() {
 		conf.IPv6Network, conf.EnableIPv6 = v6.String(), true
 	}
-	if o, ok := flannelOverhead[conf.Backend.Type]; ok && c.Network.PodMTU > 0 {
+	if o, ok := flannelOverhead(conf.Backend.Type); ok && c.Network.PodMTU > 0 {
 		conf.Backend.MTU = c.Network.PodMTU + o
 	}
 	b, err := json.MarshalIndent(conf, "", "  ")
