@@ -1,0 +1,335 @@
+package compiler
+
+// This file turns CUE's errors into diagnostics: every position kept, the
+// user's first, messages that name the allowed values, hints that say what
+// to do.
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"cuelang.org/go/cue"
+	cueerrors "cuelang.org/go/cue/errors"
+	"cuelang.org/go/cue/token"
+
+	"github.com/kcompile/kcompile/compiler/diag"
+)
+
+// fromCUE converts a CUE error into diagnostics. Errors at one path are
+// merged: a defaulted disjunction reports one mistake several times.
+func fromCUE(err error, code string, l *loaded, hint string) diag.List {
+	var out diag.List
+	byPath := map[string]int{}
+	for _, e := range cueerrors.Errors(err) {
+		path := ""
+		if len(e.Path()) > 0 {
+			path = cue.MakePath(selectors(e.Path())...).String()
+		}
+		format, args := e.Msg()
+		msg := fmt.Sprintf(format, args...)
+		positions := cueerrors.Positions(e)
+		d := diag.Diagnostic{Code: code, Severity: diag.Error, Path: path, Hint: hint}
+		if l != nil {
+			// The user's own position comes first, at the value they wrote:
+			// a schema position alone does not tell them which file to edit.
+			// An unknown field is reported at its label, which CUE gives.
+			if !strings.Contains(msg, "field not allowed") {
+				positions = append(slices.Clone(l.userPositions(path)), positions...)
+			}
+			if strings.Contains(msg, "conflicting values") || strings.Contains(msg, "empty disjunction") {
+				if m := l.allowedMessage(path); m != "" {
+					msg = m
+				}
+			}
+		}
+		if l != nil && strings.HasPrefix(msg, "conflicting values") {
+			if m, ok := l.disagreement(path, cueerrors.Positions(e)); ok {
+				msg = m
+				d.Hint = "a value can be set only once: keep one of them, or move the other into a default with *"
+			}
+		}
+		d.Message = msg
+		if strings.Contains(msg, "incomplete value") || strings.Contains(msg, "non-concrete value") {
+			d.Code = CodeMissing
+			d.Message = fmt.Sprintf("required value %s is not set (%s)", path, kindOf(msg))
+			d.Hint = fmt.Sprintf("set %s in the spec; `kcompile explain` shows what each field means", path)
+		}
+		if d.Hint == "" {
+			d.Hint = hintFor(msg, path, l)
+		}
+		d.Positions = sortPositions(convertPositions(positions))
+		if i, ok := byPath[path]; ok && path != "" {
+			out[i].Positions = append(out[i].Positions, d.Positions...)
+			if informativeness(d.Message) > informativeness(out[i].Message) {
+				out[i].Message, out[i].Hint = d.Message, d.Hint
+			}
+			continue
+		}
+		byPath[path] = len(out)
+		out = append(out, d)
+	}
+	return out
+}
+
+// informativeness ranks CUE messages about one path: a defaulted
+// disjunction reports a mistake once against the default ("conflicting
+// values 1500 and 9500") and once against the constraint it breaks, which
+// is the one worth showing.
+func informativeness(msg string) int {
+	switch {
+	case strings.HasSuffix(msg, "errors in empty disjunction:"):
+		return 0
+	case strings.HasPrefix(msg, "conflicting values") && !strings.Contains(msg, "mismatched types"):
+		return 1
+	case strings.Contains(msg, "mismatched types"):
+		return 2
+	}
+	return 3
+}
+
+// disagreement rewrites a conflict between two values the user wrote in
+// different places, which is no schema matter.
+func (l *loaded) disagreement(path string, ps []token.Pos) (string, bool) {
+	var user []token.Pos
+	for _, p := range ps {
+		if p.IsValid() && !strings.HasPrefix(p.Filename(), "schema/") {
+			user = append(user, p)
+		}
+	}
+	written := l.written[path]
+	if len(written) < 2 || len(user) < 2 {
+		return "", false
+	}
+	vals := make([]string, 0, len(written))
+	for _, p := range written {
+		vals = append(vals, fmt.Sprintf("%s at %s:%d:%d", l.sourceText(p), filepath.Base(p.Filename()), p.Line(), p.Column()))
+	}
+	return fmt.Sprintf("%s is set to different values: %s", path, strings.Join(vals, " and ")), true
+}
+
+// sourceText returns the literal written at p, for messages.
+func (l *loaded) sourceText(p token.Pos) string {
+	b, err := os.ReadFile(p.Filename())
+	if err != nil {
+		return "a value"
+	}
+	lines := strings.Split(string(b), "\n")
+	if p.Line() < 1 || p.Line() > len(lines) {
+		return "a value"
+	}
+	line := lines[p.Line()-1]
+	if p.Column() < 1 || p.Column() > len(line) {
+		return "a value"
+	}
+	rest := strings.TrimSpace(line[p.Column()-1:])
+	if i := strings.IndexAny(rest, ",}/"); i > 0 && !strings.HasPrefix(rest, "\"") {
+		rest = rest[:i]
+	} else if strings.HasPrefix(rest, "\"") {
+		if j := strings.Index(rest[1:], "\""); j >= 0 {
+			rest = rest[:j+2]
+		}
+	}
+	return strings.TrimSpace(rest)
+}
+
+func kindOf(msg string) string {
+	msg = strings.TrimPrefix(msg, "incomplete value ")
+	msg = strings.TrimPrefix(msg, "non-concrete value ")
+	return "expected " + msg
+}
+
+// schemaAt looks path up in the schema, following pattern constraints
+// ([string]: #Node) and list element types where the path names a key or
+// an index the schema cannot know.
+func schemaAt(def cue.Value, path cue.Path) cue.Value {
+	v := def
+	for _, sel := range path.Selectors() {
+		next := v.LookupPath(cue.MakePath(sel))
+		if !next.Exists() {
+			any := cue.AnyString
+			if sel.Type() == cue.IndexLabel {
+				any = cue.AnyIndex
+			}
+			next = v.LookupPath(cue.MakePath(any))
+		}
+		if !next.Exists() {
+			return next
+		}
+		v = next
+	}
+	return v
+}
+
+// allowedMessage explains a value that matches none of the alternatives
+// the schema allows at path, listing the alternatives when they are
+// concrete, instead of CUE's message about one pair of them.
+func (l *loaded) allowedMessage(path string) string {
+	if path == "" || l.def.Err() != nil {
+		return ""
+	}
+	got := l.user.LookupPath(cue.ParsePath(path))
+	if !got.Exists() || !got.IsConcrete() {
+		return ""
+	}
+	want := schemaAt(l.def, cue.ParsePath(path))
+	if !want.Exists() {
+		return ""
+	}
+	var alts []string
+	var walk func(v cue.Value) bool
+	walk = func(v cue.Value) bool {
+		op, args := v.Expr()
+		switch {
+		case op == cue.OrOp:
+			for _, a := range args {
+				if !walk(a) {
+					return false
+				}
+			}
+			return true
+		case v.IsConcrete() && v.Kind() != cue.StructKind && v.Kind() != cue.ListKind:
+			s := formatValue(v)
+			if !slices.Contains(alts, s) {
+				alts = append(alts, s)
+			}
+			return true
+		}
+		return false
+	}
+	if !walk(want) || len(alts) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%s is not allowed here; allowed: %s", formatValue(got), strings.Join(alts, ", "))
+}
+
+// sortPositions puts user positions before schema positions, keeping order
+// otherwise: the first is where the diagnostic is reported.
+func sortPositions(ps []diag.Pos) []diag.Pos {
+	slices.SortStableFunc(ps, func(a, b diag.Pos) int {
+		as, bs := strings.HasPrefix(a.File, "schema/"), strings.HasPrefix(b.File, "schema/")
+		switch {
+		case as == bs:
+			return 0
+		case bs:
+			return -1
+		}
+		return 1
+	})
+	return ps
+}
+
+func convertPositions(ps []token.Pos) []diag.Pos {
+	out := make([]diag.Pos, 0, len(ps))
+	for _, p := range ps {
+		if !p.IsValid() {
+			continue
+		}
+		out = append(out, diag.Pos{File: p.Filename(), Line: p.Line(), Column: p.Column()})
+	}
+	return out
+}
+
+func selectors(path []string) []cue.Selector {
+	sels := make([]cue.Selector, 0, len(path))
+	for _, s := range path {
+		switch {
+		case strings.HasPrefix(s, "#"):
+			sels = append(sels, cue.Def(s))
+		case strings.HasPrefix(s, "_"):
+			sels = append(sels, cue.Str(s))
+		default:
+			if s != "" && s[0] >= '0' && s[0] <= '9' {
+				var n int
+				if _, err := fmt.Sscanf(s, "%d", &n); err == nil && fmt.Sprint(n) == s {
+					sels = append(sels, cue.Index(n))
+					continue
+				}
+			}
+			sels = append(sels, cue.Str(s))
+		}
+	}
+	return sels
+}
+
+// hintFor suggests a fix for the common CUE error messages.
+func hintFor(msg, path string, l *loaded) string {
+	switch {
+	case strings.Contains(msg, "field not allowed"):
+		field := path[lastDot(path)+1:]
+		if s := l.suggest(path); s != "" {
+			return fmt.Sprintf("%s is not a field here; did you mean %s?", field, s)
+		}
+		return fmt.Sprintf("%s is not a field here; remove it or check its spelling (`kcompile explain` lists the fields)", field)
+	case strings.Contains(msg, "is not allowed here; allowed:"):
+		return "use one of the allowed values"
+	case strings.Contains(msg, "mismatched types"):
+		return "the value has the wrong type: write it as the schema declares (see the schema position)"
+	case strings.Contains(msg, "conflicting values"), strings.Contains(msg, "empty disjunction"):
+		return "the value does not match the schema: see the schema position for what is allowed"
+	case strings.Contains(msg, "invalid value"), strings.Contains(msg, "out of bound"):
+		return "the value is outside what the schema allows: see the constraint at the schema position"
+	case strings.Contains(msg, "reference") && strings.Contains(msg, "not found"):
+		return "the spec refers to a name that is not defined; check its spelling"
+	}
+	return "fix the value at the position shown"
+}
+
+// suggest finds a declared field close in spelling to the unknown one at
+// path.
+func (l *loaded) suggest(path string) string {
+	if l == nil || !l.value.Exists() {
+		return ""
+	}
+	i := lastDot(path)
+	field := path[i+1:]
+	parent := l.value
+	if i >= 0 {
+		parent = l.value.LookupPath(cue.ParsePath(path[:i]))
+	}
+	it, err := parent.Fields(cue.Optional(true))
+	if err != nil {
+		return ""
+	}
+	best, bestDist := "", 3
+	for it.Next() {
+		name := it.Selector().Unquoted()
+		if name == field {
+			continue
+		}
+		if d := editDistance(strings.ToLower(name), strings.ToLower(field)); d < bestDist {
+			best, bestDist = name, d
+		}
+	}
+	return best
+}
+
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
+
+func formatValue(v cue.Value) string {
+	b, err := v.MarshalJSON()
+	if err != nil {
+		return fmt.Sprint(v)
+	}
+	return string(b)
+}
