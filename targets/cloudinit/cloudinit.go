@@ -1,0 +1,203 @@
+// Package cloudinit renders every node as cloud-init configuration: a
+// #cloud-config user-data that lays the node's systemd tree on its root
+// file system and starts its units in dependency order, a meta-data and a
+// version 2 network-config. The systemd target renders the trees; this one
+// only packs them.
+package cloudinit
+
+import (
+	"bytes"
+	"compress/gzip"
+	"encoding/base64"
+	"fmt"
+	"path"
+	"sort"
+	"strings"
+	"unicode/utf8"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/kcompile/kcompile/compiler/ir"
+	"github.com/kcompile/kcompile/compiler/pki"
+	"github.com/kcompile/kcompile/targets"
+	"github.com/kcompile/kcompile/targets/systemd"
+)
+
+// Target is the cloud-init target.
+type Target struct{}
+
+// Name is the target's name on the command line and under OUT.
+func (Target) Name() string { return "cloudinit" }
+
+// writeFile is one entry of write_files.
+type writeFile struct {
+	Path        string `json:"path"`
+	Permissions string `json:"permissions"`
+	Owner       string `json:"owner"`
+	Encoding    string `json:"encoding,omitempty"`
+	Content     string `json:"content"`
+}
+
+// userData is the part of #cloud-config kcompile writes.
+type userData struct {
+	Hostname         string      `json:"hostname"`
+	PreserveHostname bool        `json:"preserve_hostname"`
+	WriteFiles       []writeFile `json:"write_files"`
+	Bootcmd          [][]string  `json:"bootcmd,omitempty"`
+	Runcmd           [][]string  `json:"runcmd"`
+}
+
+// Build packs the systemd tree of every node into its cloud-init files
+// under nodes/<node>/ (user-data, meta-data, network-config) and keeps the
+// cluster tree as it is.
+func (Target) Build(m *pki.Material) (*targets.Tree, error) {
+	sd, err := systemd.Target{}.Build(m)
+	if err != nil {
+		return nil, err
+	}
+	perNode := map[string][]targets.File{}
+	out := targets.NewTree()
+	for _, f := range sd.Files() {
+		if rest, ok := strings.CutPrefix(f.Path, "nodes/"); ok {
+			node, p, _ := strings.Cut(rest, "/")
+			f.Path = "/" + p
+			perNode[node] = append(perNode[node], f)
+			continue
+		}
+		if err := out.Add(f.Path, f.Data, f.Mode); err != nil {
+			return nil, err
+		}
+	}
+	for _, n := range m.Cluster.Nodes {
+		ud, err := nodeUserData(n, perNode[n.Name])
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", n.Name, err)
+		}
+		md := fmt.Sprintf("instance-id: %s-%s\nlocal-hostname: %s\n", m.Cluster.Name, n.Name, n.Name)
+		nc, err := networkConfig(m.Cluster, n)
+		if err != nil {
+			return nil, err
+		}
+		for name, data := range map[string][]byte{"user-data": ud, "meta-data": []byte(md), "network-config": nc} {
+			// user-data holds private keys.
+			if err := out.Add(targets.NodePath(n.Name, name), data, 0o600); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return out, nil
+}
+
+// nodeUserData lays the node's files down and starts its units.
+func nodeUserData(n ir.Node, files []targets.File) ([]byte, error) {
+	ud := userData{Hostname: n.Name}
+	var units []string
+	var modules []string
+	for _, f := range files {
+		wf, err := encodeFile(f)
+		if err != nil {
+			return nil, err
+		}
+		ud.WriteFiles = append(ud.WriteFiles, wf)
+		if path.Dir(f.Path) == "/etc/systemd/system" && strings.HasSuffix(f.Path, ".service") {
+			units = append(units, path.Base(f.Path))
+		}
+		if f.Path == "/etc/modules-load.d/kubernetes.conf" {
+			for _, l := range strings.Split(string(f.Data), "\n") {
+				if l != "" && !strings.HasPrefix(l, "#") {
+					modules = append(modules, l)
+				}
+			}
+		}
+	}
+	for _, mod := range modules {
+		// Early, so that the runtime and kube-proxy find them on the first
+		// boot; modules-load.d covers later boots.
+		ud.Bootcmd = append(ud.Bootcmd, []string{"modprobe", mod})
+	}
+	ud.Runcmd = append(ud.Runcmd, []string{"sysctl", "--system"}, []string{"systemctl", "daemon-reload"})
+	for _, u := range startOrder(units) {
+		ud.Runcmd = append(ud.Runcmd, []string{"systemctl", "enable", "--now", u})
+	}
+	body, err := yaml.Marshal(ud)
+	if err != nil {
+		return nil, err
+	}
+	return append([]byte("#cloud-config\n"), body...), nil
+}
+
+// startOrder starts the installer first, then etcd before the API server,
+// the control plane before node agents, the runtime before the kubelet.
+func startOrder(units []string) []string {
+	rank := map[string]int{"kcompile-install.service": 0, "etcd.service": 1, "kube-apiserver.service": 2,
+		"kube-controller-manager.service": 3, "kube-scheduler.service": 3, "containerd.service": 4, "crio.service": 4,
+		"kubelet.service": 5, "kube-proxy.service": 6}
+	out := append([]string(nil), units...)
+	sort.SliceStable(out, func(i, j int) bool {
+		ri, rj := rank[out[i]], rank[out[j]]
+		if ri != rj {
+			return ri < rj
+		}
+		return out[i] < out[j]
+	})
+	return out
+}
+
+// encodeFile writes a file as text, or gzip+base64 when that is smaller or
+// the content is not text.
+func encodeFile(f targets.File) (writeFile, error) {
+	wf := writeFile{Path: f.Path, Permissions: fmt.Sprintf("%04o", f.Mode.Perm()), Owner: "root:root"}
+	var gz bytes.Buffer
+	w, err := gzip.NewWriterLevel(&gz, gzip.BestCompression)
+	if err != nil {
+		return wf, err
+	}
+	if _, err := w.Write(f.Data); err != nil {
+		return wf, err
+	}
+	if err := w.Close(); err != nil {
+		return wf, err
+	}
+	packed := base64.StdEncoding.EncodeToString(gz.Bytes())
+	if !isText(f.Data) || len(packed) < len(f.Data) {
+		wf.Encoding, wf.Content = "gz+b64", packed
+	} else {
+		wf.Content = string(f.Data)
+	}
+	return wf, nil
+}
+
+func isText(b []byte) bool {
+	if !utf8.Valid(b) {
+		return false
+	}
+	for _, c := range b {
+		if c < 0x20 && c != '\n' && c != '\t' {
+			return false
+		}
+	}
+	return true
+}
+
+// networkConfig is the node's version 2 network configuration: its
+// addresses with their node network's prefix on the interface with its
+// MAC, or on the first Ethernet interface when the spec gives none.
+func networkConfig(c *ir.Cluster, n ir.Node) ([]byte, error) {
+	var addrs []string
+	for _, a := range n.Addresses {
+		for _, p := range c.Network.NodeNetworks {
+			if p.Contains(a) {
+				addrs = append(addrs, fmt.Sprintf("%s/%d", a, p.Bits()))
+				break
+			}
+		}
+	}
+	eth := map[string]any{"addresses": addrs}
+	if n.MAC != "" {
+		eth["match"] = map[string]any{"macaddress": n.MAC}
+	} else {
+		eth["match"] = map[string]any{"name": "e*"}
+	}
+	doc := map[string]any{"version": 2, "ethernets": map[string]any{"primary": eth}}
+	return yaml.Marshal(doc)
+}

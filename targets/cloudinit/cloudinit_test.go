@@ -1,0 +1,174 @@
+package cloudinit
+
+import (
+	"bytes"
+	"compress/gzip"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/kcompile/kcompile/compiler"
+	"github.com/kcompile/kcompile/compiler/pki"
+	"github.com/kcompile/kcompile/targets"
+	"github.com/kcompile/kcompile/targets/systemd"
+)
+
+var examples = []string{"single-node", "ha-stacked", "external-etcd", "dual-stack"}
+
+func material(t *testing.T, name string) *pki.Material {
+	t.Helper()
+	c, diags := compiler.Compile(compiler.Source{Dir: "../../examples/" + name})
+	if c == nil {
+		t.Fatalf("%s: %v", name, diags)
+	}
+	data, err := os.ReadFile("../../testdata/test-secrets.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := pki.Parse(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := pki.Issue(c, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// TestUserDataCarriesTheSystemdTree decodes every node's user-data and
+// finds exactly the node's systemd tree in its write_files, and the units
+// started in dependency order.
+func TestUserDataCarriesTheSystemdTree(t *testing.T) {
+	for _, name := range examples {
+		m := material(t, name)
+		sd, err := systemd.Target{}.Build(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tree, err := Target{}.Build(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range m.Cluster.Nodes {
+			f, ok := tree.Get(targets.NodePath(n.Name, "user-data"))
+			if !ok || f.Mode != 0o600 || !bytes.HasPrefix(f.Data, []byte("#cloud-config\n")) {
+				t.Fatalf("%s/%s: user-data missing, not 0600 or not #cloud-config", name, n.Name)
+			}
+			var ud userData
+			if err := yaml.UnmarshalStrict(f.Data, &ud); err != nil {
+				t.Fatalf("%s/%s: %v", name, n.Name, err)
+			}
+			want := map[string]targets.File{}
+			for _, sf := range sd.Files() {
+				if p, ok := strings.CutPrefix(sf.Path, targets.NodePath(n.Name, "")); ok {
+					want["/"+p] = sf
+				}
+			}
+			if len(ud.WriteFiles) != len(want) {
+				t.Errorf("%s/%s: %d files written, the node tree has %d", name, n.Name, len(ud.WriteFiles), len(want))
+			}
+			for _, wf := range ud.WriteFiles {
+				content := []byte(wf.Content)
+				if wf.Encoding == "gz+b64" {
+					raw, err := base64.StdEncoding.DecodeString(wf.Content)
+					if err != nil {
+						t.Fatal(err)
+					}
+					zr, err := gzip.NewReader(bytes.NewReader(raw))
+					if err != nil {
+						t.Fatal(err)
+					}
+					if content, err = io.ReadAll(zr); err != nil {
+						t.Fatal(err)
+					}
+				}
+				sf, ok := want[wf.Path]
+				if !ok || !bytes.Equal(content, sf.Data) || wf.Permissions != fmt.Sprintf("%04o", sf.Mode.Perm()) {
+					t.Errorf("%s/%s: %s differs from the systemd tree", name, n.Name, wf.Path)
+				}
+			}
+			var started []string
+			for _, cmd := range ud.Runcmd {
+				if len(cmd) == 4 && cmd[1] == "enable" {
+					started = append(started, cmd[3])
+				}
+			}
+			if i, j := slices.Index(started, "etcd.service"), slices.Index(started, "kube-apiserver.service"); i >= 0 && j >= 0 && i > j {
+				t.Errorf("%s/%s: etcd starts after the API server: %v", name, n.Name, started)
+			}
+			if len(started) == 0 || started[0] != "kcompile-install.service" {
+				t.Errorf("%s/%s: the installer does not start first: %v", name, n.Name, started)
+			}
+		}
+	}
+}
+
+// TestCloudInitSchema validates every user-data with Debian's cloud-init,
+// and, since cloud-init accepts unknown top-level keys, holds every key
+// against the cloud-config JSON schema that package ships.
+func TestCloudInitSchema(t *testing.T) {
+	ci, err := exec.LookPath("cloud-init")
+	if err != nil {
+		t.Fatal("cloud-init is required (Debian package cloud-init; scripts/tools installs it)")
+	}
+	schemaFile := "/usr/lib/python3/dist-packages/cloudinit/config/schemas/schema-cloud-config-v1.json"
+	raw, err := os.ReadFile(schemaFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var schema struct {
+		AllOf []struct {
+			Ref string `json:"$ref"`
+		} `json:"allOf"`
+		Defs map[string]struct {
+			Properties map[string]json.RawMessage `json:"properties"`
+		} `json:"$defs"`
+	}
+	if err := json.Unmarshal(raw, &schema); err != nil {
+		t.Fatal(err)
+	}
+	known := map[string]bool{}
+	for _, d := range schema.Defs {
+		for k := range d.Properties {
+			known[k] = true
+		}
+	}
+	dir := t.TempDir()
+	for _, name := range examples {
+		m := material(t, name)
+		tree, err := Target{}.Build(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range m.Cluster.Nodes {
+			f, _ := tree.Get(targets.NodePath(n.Name, "user-data"))
+			var top map[string]any
+			if err := yaml.Unmarshal(f.Data, &top); err != nil {
+				t.Fatal(err)
+			}
+			for k := range top {
+				if !known[k] {
+					t.Errorf("%s/%s: top-level key %q is not in cloud-init's schema", name, n.Name, k)
+				}
+			}
+			p := filepath.Join(dir, name+"-"+n.Name)
+			if err := os.WriteFile(p, f.Data, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			out, err := exec.Command(ci, "schema", "--config-file", p).CombinedOutput()
+			if err != nil || !strings.Contains(string(out), "Valid cloud-config") {
+				t.Errorf("%s/%s: cloud-init schema: %v\n%s", name, n.Name, err, out)
+			}
+		}
+	}
+}
