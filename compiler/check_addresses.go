@@ -14,6 +14,8 @@ const (
 	CodeAddressReserved   = "KC0204"
 	CodeAddressDualStack  = "KC0205"
 	CodeAddressUnassigned = "KC0206"
+	CodeGatewayNetwork    = "KC0207"
+	CodeGatewayFamily     = "KC0208"
 )
 
 func addressesFamily() family {
@@ -24,6 +26,8 @@ func addressesFamily() family {
 		rule(CodeAddressReserved, diag.Error, "a node address is the network or broadcast address of its node network"),
 		rule(CodeAddressDualStack, diag.Warning, "a pod-running node of a dual-stack cluster has no address of the second family"),
 		rule(CodeAddressUnassigned, diag.Error, "a node address is unspecified, loopback, multicast or link-local"),
+		rule(CodeGatewayNetwork, diag.Error, "a gateway lies outside every node network"),
+		rule(CodeGatewayFamily, diag.Error, "two gateways of one IP family"),
 	}}
 }
 
@@ -40,6 +44,7 @@ func (m *model) nodeNetworks() []netip.Prefix {
 
 func checkAddresses(m *model) {
 	networks := m.nodeNetworks()
+	checkGateways(m, networks)
 	// Warn about single-family nodes only when the cluster really is
 	// dual-stack: a secondary pod CIDR of the other family.
 	dual := false
@@ -127,4 +132,38 @@ func otherFamily(a netip.Addr) netip.Addr {
 		return netip.IPv6Unspecified()
 	}
 	return netip.IPv4Unspecified()
+}
+
+// checkGateways holds the nodes' default routes and resolvers to the node
+// networks: a gateway must be reachable on the link, one per family.
+func checkGateways(m *model, networks []netip.Prefix) {
+	seen := map[bool]string{}
+	for i, g := range m.spec.Network.Gateways {
+		path := fmt.Sprintf("network.gateways[%d]", i)
+		a, err := netip.ParseAddr(g)
+		if err != nil {
+			m.report(CodeAddressParse, path, fmt.Sprintf("gateway %q is not an IP address", g), `write the router's address, such as "10.0.0.1"`)
+			continue
+		}
+		if other, dup := seen[a.Is4()]; dup {
+			m.report(CodeGatewayFamily, path, fmt.Sprintf("gateways %s and %s are both %s: a node has one default route per family", other, g, familyOf(a)),
+				"keep one gateway per IP family")
+			continue
+		}
+		seen[a.Is4()] = g
+		inside := false
+		for _, p := range networks {
+			inside = inside || p.Contains(a)
+		}
+		if !inside && len(networks) > 0 {
+			m.report(CodeGatewayNetwork, path, fmt.Sprintf("gateway %s is outside every node network (%s): the nodes cannot reach it", a, joinPrefixes(networks)),
+				"use the router's address on the node network", "network.nodes")
+		}
+	}
+	for i, ns := range m.spec.Network.Nameservers {
+		if _, err := netip.ParseAddr(ns); err != nil {
+			m.report(CodeAddressParse, fmt.Sprintf("network.nameservers[%d]", i), fmt.Sprintf("nameserver %q is not an IP address", ns),
+				`write the resolver's address, such as "10.0.0.53"`)
+		}
+	}
 }

@@ -86,7 +86,7 @@ const rbd = `storage: drivers: "rbd.csi.ceph.com": {}
 `
 
 func checkCases() []checkCase {
-	return append(installCases(), []checkCase{
+	return append(append(installCases(), gatewayCases()...), []checkCase{
 		// names
 		{code: CodeClusterName,
 			pass: haNet,
@@ -496,6 +496,19 @@ func allArtifacts() string {
 	fmt.Fprintf(&b, "install: artifacts: containerd: {url: \"https://mirror.example.com/containerd.tar.gz\", sha256: %q, extract: {\"bin/containerd\": \"/usr/local/bin/containerd\", \"bin/containerd-shim-runc-v2\": \"/usr/local/bin/containerd-shim-runc-v2\"}}\n", sum)
 	fmt.Fprintf(&b, "install: artifacts: cni: {url: \"https://mirror.example.com/cni.tgz\", sha256: %q, extract: {\"./loopback\": \"/opt/cni/bin/loopback\", \"./bridge\": \"/opt/cni/bin/bridge\", \"./host-local\": \"/opt/cni/bin/host-local\", \"./portmap\": \"/opt/cni/bin/portmap\"}}\n", sum)
 	return b.String()
+}
+
+func gatewayCases() []checkCase {
+	return []checkCase{
+		{code: CodeGatewayNetwork,
+			pass: one + `network: gateways: ["10.0.0.1"]`,
+			fail: one + `network: gateways: ["10.1.0.1"]`,
+			path: "network.gateways[0]", pos: "9:21"},
+		{code: CodeGatewayFamily,
+			pass: one + `network: gateways: ["10.0.0.1", "fd00::1"]`,
+			fail: one + `network: gateways: ["10.0.0.1", "10.0.0.2"]`,
+			path: "network.gateways[1]", pos: "9:33"},
+	}
 }
 
 func installCases() []checkCase {

@@ -106,6 +106,10 @@ func lower(m *model) *ir.Cluster {
 	for i := range c.Nodes {
 		c.Nodes[i].Binaries = nodeBinaries(s, c.Nodes[i])
 	}
+	for _, name := range sortedKeys(s.Access.Users) {
+		u := s.Access.Users[name]
+		c.Users = append(c.Users, ir.User{Name: name, SSHAuthorizedKeys: u.SSHAuthorizedKeys, Sudo: u.Sudo})
+	}
 
 	sort.SliceStable(settings, func(i, j int) bool { return settings[i].Path < settings[j].Path })
 	c.Settings = settings
@@ -122,6 +126,12 @@ func lowerNetwork(m *model) ir.Network {
 	}
 	for _, x := range s.Nodes {
 		n.NodeNetworks = append(n.NodeNetworks, netip.MustParsePrefix(x))
+	}
+	for _, x := range s.Gateways {
+		n.Gateways = append(n.Gateways, netip.MustParseAddr(x))
+	}
+	for _, x := range s.Nameservers {
+		n.Nameservers = append(n.Nameservers, netip.MustParseAddr(x))
 	}
 	n.PodCIDRs = append(n.PodCIDRs, netip.MustParsePrefix(s.PodCIDR))
 	n.ServiceCIDRs = append(n.ServiceCIDRs, netip.MustParsePrefix(s.ServiceCIDR))

@@ -19,6 +19,12 @@ type specCluster struct {
 	Security     specSecurity     `json:"security"`
 	Addons       specAddons       `json:"addons"`
 	Install      specInstall      `json:"install"`
+	Access       struct {
+		Users map[string]struct {
+			SSHAuthorizedKeys []string `json:"sshAuthorizedKeys"`
+			Sudo              bool     `json:"sudo"`
+		} `json:"users"`
+	} `json:"access"`
 }
 
 type specArtifact struct {
@@ -131,10 +137,12 @@ type specNetwork struct {
 		IPv4 int `json:"ipv4"`
 		IPv6 int `json:"ipv6"`
 	} `json:"nodeCIDRMaskSize"`
-	Domain        string `json:"domain"`
-	DNSServiceIP  string `json:"dnsServiceIP"`
-	MTU           int    `json:"mtu"`
-	NetworkPolicy bool   `json:"networkPolicy"`
+	Gateways      []string `json:"gateways"`
+	Nameservers   []string `json:"nameservers"`
+	Domain        string   `json:"domain"`
+	DNSServiceIP  string   `json:"dnsServiceIP"`
+	MTU           int      `json:"mtu"`
+	NetworkPolicy bool     `json:"networkPolicy"`
 	CNI           struct {
 		Plugin               string            `json:"plugin"`
 		Version              string            `json:"version"`

@@ -27,6 +27,8 @@ type Cluster struct {
 	Security Security
 	Addons   Addons
 	Install  Install
+	// Users log in to every node.
+	Users []User
 	// Settings are every effective value with its origin, sorted by path.
 	Settings []Setting
 }
@@ -197,6 +199,10 @@ type Network struct {
 	NodeMaskIPv4    int
 	NodeMaskIPv6    int
 	Domain          string
+	// Gateways are the nodes' default routes, one per family at most;
+	// Nameservers the resolvers the nodes use.
+	Gateways    []netip.Addr
+	Nameservers []netip.Addr
 	// MTU is the nodes' interface MTU; PodMTU the pod interfaces'.
 	MTU           int
 	PodMTU        int
@@ -290,6 +296,13 @@ type Audit struct {
 	MaxAgeDays int
 	MaxBackups int
 	MaxSizeMB  int
+}
+
+// User is a login on every node.
+type User struct {
+	Name              string
+	SSHAuthorizedKeys []string
+	Sudo              bool
 }
 
 // Install says how binaries reach the nodes.

@@ -38,10 +38,20 @@ type writeFile struct {
 	Content     string `json:"content"`
 }
 
+// user is one entry of users.
+type user struct {
+	Name              string   `json:"name"`
+	SSHAuthorizedKeys []string `json:"ssh_authorized_keys,omitempty"`
+	Sudo              string   `json:"sudo,omitempty"`
+	Shell             string   `json:"shell"`
+	LockPasswd        bool     `json:"lock_passwd"`
+}
+
 // userData is the part of #cloud-config kcompile writes.
 type userData struct {
 	Hostname         string      `json:"hostname"`
 	PreserveHostname bool        `json:"preserve_hostname"`
+	Users            []user      `json:"users,omitempty"`
 	WriteFiles       []writeFile `json:"write_files"`
 	Bootcmd          [][]string  `json:"bootcmd,omitempty"`
 	Runcmd           [][]string  `json:"runcmd"`
@@ -69,7 +79,7 @@ func (Target) Build(m *pki.Material) (*targets.Tree, error) {
 		}
 	}
 	for _, n := range m.Cluster.Nodes {
-		ud, err := nodeUserData(n, perNode[n.Name])
+		ud, err := nodeUserData(m.Cluster, n, perNode[n.Name])
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", n.Name, err)
 		}
@@ -89,8 +99,16 @@ func (Target) Build(m *pki.Material) (*targets.Tree, error) {
 }
 
 // nodeUserData lays the node's files down and starts its units.
-func nodeUserData(n ir.Node, files []targets.File) ([]byte, error) {
+func nodeUserData(c *ir.Cluster, n ir.Node, files []targets.File) ([]byte, error) {
 	ud := userData{Hostname: n.Name}
+	for _, u := range c.Users {
+		cu := user{Name: u.Name, SSHAuthorizedKeys: u.SSHAuthorizedKeys, Shell: "/bin/bash", LockPasswd: true}
+		if u.Sudo {
+			// Keys only, no password: sudo cannot ask for one.
+			cu.Sudo = "ALL=(ALL) NOPASSWD:ALL"
+		}
+		ud.Users = append(ud.Users, cu)
+	}
 	var units []string
 	var modules []string
 	for _, f := range files {
@@ -193,6 +211,24 @@ func networkConfig(c *ir.Cluster, n ir.Node) ([]byte, error) {
 		}
 	}
 	eth := map[string]any{"addresses": addrs}
+	var routes []any
+	for _, g := range c.Network.Gateways {
+		to := "0.0.0.0/0"
+		if g.Is6() {
+			to = "::/0"
+		}
+		routes = append(routes, map[string]any{"to": to, "via": g.String()})
+	}
+	if len(routes) > 0 {
+		eth["routes"] = routes
+	}
+	if len(c.Network.Nameservers) > 0 {
+		var ns []string
+		for _, a := range c.Network.Nameservers {
+			ns = append(ns, a.String())
+		}
+		eth["nameservers"] = map[string]any{"addresses": ns}
+	}
 	if n.MAC != "" {
 		eth["match"] = map[string]any{"macaddress": n.MAC}
 	} else {

@@ -172,3 +172,75 @@ func TestCloudInitSchema(t *testing.T) {
 		}
 	}
 }
+
+// TestNetworkConfigParses reads every network-config with cloud-init's own
+// network-state parser (the one its renderers use) and checks what it
+// understood: the node's addresses on the interface with its MAC, the
+// spec's default routes and nameservers.
+func TestNetworkConfigParses(t *testing.T) {
+	const parser = `
+import json, sys, yaml
+from cloudinit.net.network_state import parse_net_config_data
+out = {}
+for f in sys.argv[1:]:
+    ns = parse_net_config_data(yaml.safe_load(open(f)), skip_broken=False)
+    ifs = list(ns.iter_interfaces())
+    out[f] = {"mac": ifs[0].get("mac_address"), "addresses": [s.get("address") for s in ifs[0]["subnets"]],
+              "gateways": sorted({r["gateway"] for s in ifs[0]["subnets"] for r in s.get("routes", [])}),
+              "nameservers": ns.dns_nameservers}
+json.dump(out, sys.stdout)
+`
+	m := material(t, "ha-stacked")
+	tree, err := Target{}.Build(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	var files []string
+	for _, n := range m.Cluster.Nodes {
+		f, _ := tree.Get(targets.NodePath(n.Name, "network-config"))
+		p := filepath.Join(dir, n.Name)
+		if err := os.WriteFile(p, f.Data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, p)
+	}
+	// Debian's python3, which has cloud-init's modules.
+	out, err := exec.Command("/usr/bin/python3", append([]string{"-c", parser}, files...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("cloud-init's parser refused a network-config: %v\n%s", err, out)
+	}
+	var got map[string]struct {
+		MAC         string   `json:"mac"`
+		Addresses   []string `json:"addresses"`
+		Gateways    []string `json:"gateways"`
+		Nameservers []string `json:"nameservers"`
+	}
+	if err := json.Unmarshal(out, &got); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	for i, n := range m.Cluster.Nodes {
+		g := got[files[i]]
+		if g.MAC != n.MAC || !slices.Equal(g.Addresses, []string{n.Address().String()}) ||
+			!slices.Equal(g.Gateways, []string{"10.0.0.1"}) || !slices.Equal(g.Nameservers, []string{"10.0.0.53"}) {
+			t.Errorf("%s: cloud-init understood %+v", n.Name, g)
+		}
+	}
+}
+
+func TestUsersInUserData(t *testing.T) {
+	m := material(t, "ha-stacked")
+	tree, err := Target{}.Build(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, _ := tree.Get(targets.NodePath("w01", "user-data"))
+	var ud userData
+	if err := yaml.UnmarshalStrict(f.Data, &ud); err != nil {
+		t.Fatal(err)
+	}
+	if len(ud.Users) != 1 || ud.Users[0].Name != "ops" || ud.Users[0].Sudo != "ALL=(ALL) NOPASSWD:ALL" ||
+		len(ud.Users[0].SSHAuthorizedKeys) != 1 || !ud.Users[0].LockPasswd {
+		t.Errorf("users %+v", ud.Users)
+	}
+}
