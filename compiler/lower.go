@@ -106,6 +106,7 @@ func lower(m *model) *ir.Cluster {
 	for i := range c.Nodes {
 		c.Nodes[i].Binaries = nodeBinaries(s, c.Nodes[i])
 	}
+	c.MaxUserDataBytes = s.CloudInit.MaxUserDataBytes
 	for _, name := range sortedKeys(s.Access.Users) {
 		u := s.Access.Users[name]
 		c.Users = append(c.Users, ir.User{Name: name, SSHAuthorizedKeys: u.SSHAuthorizedKeys, Sudo: u.Sudo})

@@ -19,7 +19,10 @@ type specCluster struct {
 	Security     specSecurity     `json:"security"`
 	Addons       specAddons       `json:"addons"`
 	Install      specInstall      `json:"install"`
-	Access       struct {
+	CloudInit    struct {
+		MaxUserDataBytes int `json:"maxUserDataBytes"`
+	} `json:"cloudInit"`
+	Access struct {
 		Users map[string]struct {
 			SSHAuthorizedKeys []string `json:"sshAuthorizedKeys"`
 			Sudo              bool     `json:"sudo"`

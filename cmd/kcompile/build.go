@@ -6,12 +6,13 @@ import (
 
 	"github.com/kcompile/kcompile/compiler/pki"
 	"github.com/kcompile/kcompile/targets"
+	"github.com/kcompile/kcompile/targets/cloudinit"
 	"github.com/kcompile/kcompile/targets/systemd"
 )
 
 type buildCmd struct {
 	specAndSecrets
-	Target string `short:"t" enum:"systemd,pki" default:"systemd" help:"What to build: systemd (per-node root trees and cluster addons) or pki (certificates, keys and kubeconfigs per node)."`
+	Target string `short:"t" enum:"systemd,cloudinit,pki" default:"systemd" help:"What to build: systemd (per-node root trees and cluster addons), cloudinit (per-node user-data, meta-data and network-config carrying those trees) or pki (certificates, keys and kubeconfigs per node)."`
 	Out    string `short:"o" default:"out" help:"Output directory; the target is written to OUT/<target>, replacing it atomically."`
 }
 
@@ -25,6 +26,20 @@ func (c *buildCmd) Run(e *env) error {
 	case "systemd":
 		if tree, err = (systemd.Target{}).Build(m); err != nil {
 			return err
+		}
+	case "cloudinit":
+		if tree, err = (cloudinit.Target{}).Build(m); err != nil {
+			return err
+		}
+		sizes := cloudinit.Sizes(m.Cluster, tree)
+		if diags := cloudinit.CheckSizes(m.Cluster, sizes); diags.HasErrors() {
+			if err := diags.Relative(e.cwd).WriteText(e.stderr); err != nil {
+				return err
+			}
+			return statusError{code: exitProblems, msg: "nothing written"}
+		}
+		for _, s := range sizes {
+			fmt.Fprintf(e.stdout, "user-data %s: %d bytes\n", s.Node, s.Bytes)
 		}
 	default:
 		if tree, err = pkiTree(m); err != nil {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/kcompile/kcompile/compiler"
 	"github.com/kcompile/kcompile/compiler/pki"
+	"github.com/kcompile/kcompile/targets/cloudinit"
 )
 
 const (
@@ -24,6 +25,9 @@ func checksTable() string {
 	}
 	for _, r := range pki.Rules() {
 		fmt.Fprintf(&b, "| %s | %s | PKI catalogue and bundle | %s |\n", r.Code, r.Severity, strings.ReplaceAll(r.Summary, "|", "\\|"))
+	}
+	for _, r := range cloudinit.Rules() {
+		fmt.Fprintf(&b, "| %s | %s | cloud-init target | %s |\n", r.Code, r.Severity, strings.ReplaceAll(r.Summary, "|", "\\|"))
 	}
 	return b.String()
 }

@@ -29,6 +29,9 @@ type Cluster struct {
 	Install  Install
 	// Users log in to every node.
 	Users []User
+	// MaxUserDataBytes limits each node's cloud-init user-data; 0 for no
+	// limit.
+	MaxUserDataBytes int
 	// Settings are every effective value with its origin, sorted by path.
 	Settings []Setting
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/kcompile/kcompile/compiler"
 	"github.com/kcompile/kcompile/compiler/pki"
+	"github.com/kcompile/kcompile/review"
 	"github.com/kcompile/kcompile/targets"
 	"github.com/kcompile/kcompile/targets/systemd"
 )
@@ -242,5 +243,48 @@ func TestUsersInUserData(t *testing.T) {
 	if len(ud.Users) != 1 || ud.Users[0].Name != "ops" || ud.Users[0].Sudo != "ALL=(ALL) NOPASSWD:ALL" ||
 		len(ud.Users[0].SSHAuthorizedKeys) != 1 || !ud.Users[0].LockPasswd {
 		t.Errorf("users %+v", ud.Users)
+	}
+}
+
+func TestSizeLimit(t *testing.T) {
+	m := material(t, "single-node")
+	tree, err := Target{}.Build(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sizes := Sizes(m.Cluster, tree)
+	if len(sizes) != 1 || sizes[0].Node != "box" || sizes[0].Bytes < 1000 {
+		t.Fatalf("sizes %+v", sizes)
+	}
+	if d := CheckSizes(m.Cluster, sizes); len(d) != 0 {
+		t.Errorf("no limit, yet %v", d)
+	}
+	m.Cluster.MaxUserDataBytes = sizes[0].Bytes
+	if d := CheckSizes(m.Cluster, sizes); len(d) != 0 {
+		t.Errorf("a user-data of exactly the limit is reported: %v", d)
+	}
+	m.Cluster.MaxUserDataBytes = sizes[0].Bytes - 1
+	d := CheckSizes(m.Cluster, sizes)
+	if len(d) != 1 || d[0].Code != CodeUserDataSize || !strings.Contains(d[0].Message, "box (") {
+		t.Errorf("over the limit: %v", d)
+	}
+}
+
+// TestGolden compares every example's cloud-init tree with
+// golden/<example>/cloudinit; KCOMPILE_UPDATE=1 rewrites them.
+func TestGolden(t *testing.T) {
+	update := os.Getenv("KCOMPILE_UPDATE") != ""
+	for _, name := range examples {
+		tree, err := Target{}.Build(material(t, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := review.Golden("../../golden/"+name+"/cloudinit", tree, update)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d != "" {
+			t.Errorf("%s: the cloud-init tree differs from golden/%s/cloudinit (KCOMPILE_UPDATE=1 go test ./targets/cloudinit rewrites it):\n%s", name, name, d)
+		}
 	}
 }

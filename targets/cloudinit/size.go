@@ -1,0 +1,70 @@
+package cloudinit
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/kcompile/kcompile/compiler/diag"
+	"github.com/kcompile/kcompile/compiler/ir"
+	"github.com/kcompile/kcompile/targets"
+)
+
+// CodeUserDataSize is reported when a node's user-data is larger than the
+// spec allows.
+const CodeUserDataSize = "KC1301"
+
+// Rule describes a diagnostic of this target, for the README's table.
+type Rule struct {
+	Code     string
+	Severity diag.Severity
+	Summary  string
+}
+
+// Rules lists the target's diagnostics.
+func Rules() []Rule {
+	return []Rule{{CodeUserDataSize, diag.Error, "a node's user-data is larger than cloudInit.maxUserDataBytes"}}
+}
+
+// NodeSize is the size of one node's user-data.
+type NodeSize struct {
+	Node  string
+	Bytes int
+}
+
+// Sizes reports every node's user-data size, in node order.
+func Sizes(c *ir.Cluster, tree *targets.Tree) []NodeSize {
+	var out []NodeSize
+	for _, n := range c.Nodes {
+		f, _ := tree.Get(targets.NodePath(n.Name, "user-data"))
+		out = append(out, NodeSize{n.Name, len(f.Data)})
+	}
+	return out
+}
+
+// CheckSizes reports the nodes whose user-data exceeds the spec's limit,
+// at the limit's position in the spec.
+func CheckSizes(c *ir.Cluster, sizes []NodeSize) diag.List {
+	if c.MaxUserDataBytes == 0 {
+		return nil
+	}
+	var over []string
+	largest := 0
+	for _, s := range sizes {
+		if s.Bytes > c.MaxUserDataBytes {
+			over = append(over, fmt.Sprintf("%s (%d bytes)", s.Node, s.Bytes))
+			largest = max(largest, s.Bytes)
+		}
+	}
+	if len(over) == 0 {
+		return nil
+	}
+	var ps []diag.Pos
+	for _, s := range c.Settings {
+		if s.Path == "cloudInit.maxUserDataBytes" {
+			ps = append(ps, diag.Pos{File: s.Origin.Pos.File, Line: s.Origin.Pos.Line, Column: s.Origin.Pos.Column})
+		}
+	}
+	return diag.List{{Code: CodeUserDataSize, Severity: diag.Error, Path: "cloudInit.maxUserDataBytes", Positions: ps,
+		Message: fmt.Sprintf("user-data of %d node(s) exceeds %d bytes: %s", len(over), c.MaxUserDataBytes, strings.Join(over, ", ")),
+		Hint:    fmt.Sprintf("raise the limit to at least %d if the platform allows it, or serve the configuration another way (e.g. Matchbox)", largest)}}
+}
