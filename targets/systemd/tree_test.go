@@ -68,6 +68,8 @@ func TestVerifyCatchesInconsistency(t *testing.T) {
 			data = bytes.Replace(data, []byte("--service-cluster-ip-range=10.96.0.0/12"), []byte("--service-cluster-ip-range=10.97.0.0/16"), 1)
 		case targets.NodePath("w02", "var/lib/kubelet/config.yaml"):
 			data = append(data, []byte("unknownField: 1\n")...)
+		case targets.NodePath("w03", "etc/kubernetes/kubelet.conf"):
+			data = []byte("apiVersion: v1\nkind: Config\nclusters: [ {\n")
 		}
 		if err := bad.Add(f.Path, data, f.Mode); err != nil {
 			t.Fatal(err)
@@ -77,7 +79,7 @@ func TestVerifyCatchesInconsistency(t *testing.T) {
 	if err == nil {
 		t.Fatal("an inconsistent tree verified")
 	}
-	for _, want := range []string{"clusterDNS [10.96.0.11]", "10.97.0.0/16", "unknownField"} {
+	for _, want := range []string{"clusterDNS [10.96.0.11]", "10.97.0.0/16", "unknownField", "nodes/w03/etc/kubernetes/kubelet.conf"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("verify did not report %q: %v", want, err)
 		}

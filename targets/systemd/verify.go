@@ -3,8 +3,10 @@ package systemd
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/containernetworking/cni/libcni"
 	apiserverv1 "k8s.io/apiserver/pkg/apis/apiserver/v1"
@@ -28,6 +30,10 @@ func verify(tree *targets.Tree, c *ir.Cluster, rc *renderCache) error {
 	fail := func(p string, err error) { errs = append(errs, fmt.Errorf("%s: %w", p, err)) }
 	flags := map[string][]string{} // flag=value seen per flag name, across units
 	var proxyCIDRs []string
+	// Kubeconfigs are one per client and node, and loading them is most
+	// of the verification of a large cluster: they are loaded on every
+	// core after the walk.
+	var kubeconfigs []targets.File
 	for _, f := range tree.Files() {
 		p := f.Path
 		switch {
@@ -96,9 +102,29 @@ func verify(tree *targets.Tree, c *ir.Cluster, rc *renderCache) error {
 			}
 		case strings.HasSuffix(p, ".conf") && strings.Contains(p, "/etc/kubernetes/") || strings.HasSuffix(p, "kubeconfig") ||
 			strings.HasSuffix(p, "kubeconfig.conf") || strings.HasPrefix(p, "cluster/") && strings.HasSuffix(p, ".conf"):
-			if err := rc.once(f.Data, func() error { _, err := clientcmd.Load(f.Data); return err }); err != nil {
-				fail(p, err)
+			kubeconfigs = append(kubeconfigs, f)
+		}
+	}
+	loadErrs := make([]error, len(kubeconfigs))
+	var wg sync.WaitGroup
+	next := make(chan int)
+	for w := 0; w < runtime.GOMAXPROCS(0); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				_, loadErrs[i] = clientcmd.Load(kubeconfigs[i].Data)
 			}
+		}()
+	}
+	for i := range kubeconfigs {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	for i, err := range loadErrs {
+		if err != nil {
+			fail(kubeconfigs[i].Path, err)
 		}
 	}
 	// One value per setting across components.
