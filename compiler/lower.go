@@ -152,6 +152,12 @@ func lowerNetwork(m *model) ir.Network {
 		// usable one rather than fail, the checks accept the range.
 		n.DNSServiceIP = lastAddr(n.ServiceCIDRs[0]).Prev()
 	}
+	n.DNSServiceIPs = []netip.Addr{n.DNSServiceIP}
+	if len(n.ServiceCIDRs) > 1 {
+		if a, ok := nthAddr(n.ServiceCIDRs[1], 10); ok {
+			n.DNSServiceIPs = append(n.DNSServiceIPs, a)
+		}
+	}
 	overhead, _ := encapOverhead(s.CNI.Plugin, s.CNI.Mode, s.CNI.WireGuard)
 	n.PodMTU = s.MTU - overhead
 	if s.CNI.MTU != 0 {

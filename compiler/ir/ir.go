@@ -7,6 +7,7 @@ package ir
 
 import (
 	"net/netip"
+	"strings"
 	"time"
 )
 
@@ -199,9 +200,12 @@ type Network struct {
 	// FirstServiceIPs are the kubernetes Service address of each family.
 	FirstServiceIPs []netip.Addr
 	DNSServiceIP    netip.Addr
-	NodeMaskIPv4    int
-	NodeMaskIPv6    int
-	Domain          string
+	// DNSServiceIPs are the cluster DNS addresses of each family, primary
+	// (DNSServiceIP) first; the secondary is the tenth of its range.
+	DNSServiceIPs []netip.Addr
+	NodeMaskIPv4  int
+	NodeMaskIPv6  int
+	Domain        string
 	// Gateways are the nodes' default routes, one per family at most;
 	// Nameservers the resolvers the nodes use.
 	Gateways    []netip.Addr
@@ -335,4 +339,15 @@ type Addons struct {
 type CoreDNS struct {
 	Version  string
 	Replicas int
+}
+
+// Position is where the spec set path, or the first setting below it;
+// false when neither was written in a file.
+func (c *Cluster) Position(path string) (Pos, bool) {
+	for _, s := range c.Settings {
+		if (s.Path == path || strings.HasPrefix(s.Path, path+".")) && s.Origin.Pos.File != "" {
+			return s.Origin.Pos, true
+		}
+	}
+	return Pos{}, false
 }

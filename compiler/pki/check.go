@@ -135,15 +135,11 @@ func covers(c Cert, host string) bool {
 	return tmpl.VerifyHostname(host) == nil
 }
 
-// positions finds where the spec wrote path (or the nearest setting
-// below it), for diagnostics.
+// positions finds where the spec wrote path, for diagnostics.
 func positions(c *ir.Cluster, path string) []diag.Pos {
-	for _, s := range c.Settings {
-		if s.Path == path || strings.HasPrefix(s.Path, path+".") {
-			if s.Origin.Pos.File != "" {
-				return []diag.Pos{{File: s.Origin.Pos.File, Line: s.Origin.Pos.Line, Column: s.Origin.Pos.Column}}
-			}
-		}
+	p, ok := c.Position(path)
+	if !ok {
+		return nil
 	}
-	return nil
+	return []diag.Pos{{File: p.File, Line: p.Line, Column: p.Column}}
 }

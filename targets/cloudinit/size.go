@@ -59,10 +59,8 @@ func CheckSizes(c *ir.Cluster, sizes []NodeSize) diag.List {
 		return nil
 	}
 	var ps []diag.Pos
-	for _, s := range c.Settings {
-		if s.Path == "cloudInit.maxUserDataBytes" {
-			ps = append(ps, diag.Pos{File: s.Origin.Pos.File, Line: s.Origin.Pos.Line, Column: s.Origin.Pos.Column})
-		}
+	if p, ok := c.Position("cloudInit.maxUserDataBytes"); ok {
+		ps = append(ps, diag.Pos{File: p.File, Line: p.Line, Column: p.Column})
 	}
 	return diag.List{{Code: CodeUserDataSize, Severity: diag.Error, Path: "cloudInit.maxUserDataBytes", Positions: ps,
 		Message: fmt.Sprintf("user-data of %d node(s) exceeds %d bytes: %s", len(over), c.MaxUserDataBytes, strings.Join(over, ", ")),

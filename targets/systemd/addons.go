@@ -3,7 +3,6 @@ package systemd
 import (
 	"bytes"
 	"fmt"
-	"net/netip"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -113,13 +112,13 @@ func coreDNS(c *ir.Cluster) []runtime.Object {
 			},
 		},
 	}
-	if c.Network.DualStack() {
-		// The DNS service answers on both families; its second address
-		// is the tenth of the secondary service CIDR, as for the first.
-		second := tenth(c.Network.ServiceCIDRs[1])
+	if ips := c.Network.DNSServiceIPs; len(ips) > 1 {
+		// The DNS service answers on both families.
 		policy := corev1.IPFamilyPolicyRequireDualStack
 		svc.Spec.IPFamilyPolicy = &policy
-		svc.Spec.ClusterIPs = []string{c.Network.DNSServiceIP.String(), second.String()}
+		for _, ip := range ips {
+			svc.Spec.ClusterIPs = append(svc.Spec.ClusterIPs, ip.String())
+		}
 	}
 	return []runtime.Object{
 		&corev1.ServiceAccount{TypeMeta: typeMeta("v1", "ServiceAccount"), ObjectMeta: kubeSystem("coredns", nil)},
@@ -196,14 +195,6 @@ func coreDNS(c *ir.Cluster) []runtime.Object {
 		},
 		svc,
 	}
-}
-
-func tenth(p netip.Prefix) netip.Addr {
-	a := p.Addr()
-	for i := 0; i < 10; i++ {
-		a = a.Next()
-	}
-	return a
 }
 
 func ptr[T any](v T) *T { return &v }
