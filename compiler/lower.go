@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -107,6 +108,7 @@ func lower(m *model) *ir.Cluster {
 		c.Nodes[i].Binaries = nodeBinaries(s, c.Nodes[i])
 	}
 	c.MaxUserDataBytes = s.CloudInit.MaxUserDataBytes
+	c.Boot = lowerBoot(s.Boot, c.Nodes)
 	for _, name := range sortedKeys(s.Access.Users) {
 		u := s.Access.Users[name]
 		c.Users = append(c.Users, ir.User{Name: name, SSHAuthorizedKeys: u.SSHAuthorizedKeys, Sudo: u.Sudo})
@@ -194,7 +196,7 @@ func endpointSource(m *model) string {
 func lowerNode(m *model, mn *mnode, stacked bool) ir.Node {
 	s := m.spec
 	n := ir.Node{Name: mn.name, Role: mn.role, Addresses: mn.addrs, MAC: strings.ToLower(mn.spec.MAC),
-		Zone: mn.spec.Zone, Rack: mn.spec.Rack, Pool: mn.pool,
+		Zone: mn.spec.Zone, Rack: mn.spec.Rack, Pool: mn.pool, SpecPath: mn.path, MACPath: mn.fieldPath("mac"),
 		Capacity:       ir.Capacity{CPU: mn.spec.Capacity.CPU, Memory: mn.spec.Capacity.Memory, MaxPods: mn.spec.Capacity.MaxPods},
 		KubeletVersion: s.Kubernetes.Components.Kubelet,
 	}
@@ -345,6 +347,34 @@ func nodeBinaries(s *specCluster, n ir.Node) []ir.Binary {
 	}
 	for _, p := range plugins {
 		out = append(out, ir.Binary{Path: "/opt/cni/bin/" + p})
+	}
+	return out
+}
+
+// lowerBoot resolves each role's boot image: the role's own fields where
+// given, the shared ones otherwise. Only roles the cluster has are listed.
+func lowerBoot(b *specBoot, nodes []ir.Node) *ir.Boot {
+	if b == nil {
+		return nil
+	}
+	out := &ir.Boot{MatchboxURL: strings.TrimSuffix(b.MatchboxURL, "/")}
+	for _, role := range []ir.Role{ir.RoleControlPlane, ir.RoleEtcd, ir.RoleWorker} {
+		if !slices.ContainsFunc(nodes, func(n ir.Node) bool { return n.Role == role }) {
+			continue
+		}
+		img := ir.BootImage{Role: role, Kernel: b.Kernel, Initrd: b.Initrd, Args: b.Args}
+		if r, ok := b.Roles[string(role)]; ok {
+			if r.Kernel != nil {
+				img.Kernel = *r.Kernel
+			}
+			if r.Initrd != nil {
+				img.Initrd = *r.Initrd
+			}
+			if r.Args != nil {
+				img.Args = *r.Args
+			}
+		}
+		out.Images = append(out.Images, img)
 	}
 	return out
 }

@@ -22,6 +22,7 @@ type specCluster struct {
 	CloudInit    struct {
 		MaxUserDataBytes int `json:"maxUserDataBytes"`
 	} `json:"cloudInit"`
+	Boot   *specBoot `json:"boot"`
 	Access struct {
 		Users map[string]struct {
 			SSHAuthorizedKeys []string `json:"sshAuthorizedKeys"`
@@ -218,4 +219,22 @@ type specAddons struct {
 		Version  string `json:"version"`
 		Replicas int    `json:"replicas"`
 	} `json:"coredns"`
+}
+
+type specBootImage struct {
+	Kernel string   `json:"kernel"`
+	Initrd []string `json:"initrd"`
+	Args   []string `json:"args"`
+}
+
+type specBoot struct {
+	MatchboxURL string `json:"matchboxURL"`
+	specBootImage
+	// Roles' fields are pointers: an absent field inherits, an empty list
+	// replaces.
+	Roles map[string]struct {
+		Kernel *string   `json:"kernel"`
+		Initrd *[]string `json:"initrd"`
+		Args   *[]string `json:"args"`
+	} `json:"roles"`
 }

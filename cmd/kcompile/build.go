@@ -4,15 +4,17 @@ import (
 	"fmt"
 	"path/filepath"
 
+	"github.com/kcompile/kcompile/compiler/diag"
 	"github.com/kcompile/kcompile/compiler/pki"
 	"github.com/kcompile/kcompile/targets"
 	"github.com/kcompile/kcompile/targets/cloudinit"
 	"github.com/kcompile/kcompile/targets/systemd"
+	"github.com/kcompile/kcompile/targets/terraform"
 )
 
 type buildCmd struct {
 	specAndSecrets
-	Target string `short:"t" enum:"systemd,cloudinit,pki" default:"systemd" help:"What to build: systemd (per-node root trees and cluster addons), cloudinit (per-node user-data, meta-data and network-config carrying those trees) or pki (certificates, keys and kubeconfigs per node)."`
+	Target string `short:"t" enum:"systemd,cloudinit,terraform,pki" default:"systemd" help:"What to build: systemd (per-node root trees and cluster addons), cloudinit (per-node user-data, meta-data and network-config carrying those trees), terraform (an OpenTofu/Terraform root module that serves the cloud-init of every node through Matchbox) or pki (certificates, keys and kubeconfigs per node)."`
 	Out    string `short:"o" default:"out" help:"Output directory; the target is written to OUT/<target>, replacing it atomically."`
 }
 
@@ -21,30 +23,9 @@ func (c *buildCmd) Run(e *env) error {
 	if err != nil {
 		return err
 	}
-	var tree *targets.Tree
-	switch c.Target {
-	case "systemd":
-		if tree, err = (systemd.Target{}).Build(m); err != nil {
-			return err
-		}
-	case "cloudinit":
-		if tree, err = (cloudinit.Target{}).Build(m); err != nil {
-			return err
-		}
-		sizes := cloudinit.Sizes(m.Cluster, tree)
-		if diags := cloudinit.CheckSizes(m.Cluster, sizes); diags.HasErrors() {
-			if err := diags.Relative(e.cwd).WriteText(e.stderr); err != nil {
-				return err
-			}
-			return statusError{code: exitProblems, msg: "nothing written"}
-		}
-		for _, s := range sizes {
-			fmt.Fprintf(e.stdout, "user-data %s: %d bytes\n", s.Node, s.Bytes)
-		}
-	default:
-		if tree, err = pkiTree(m); err != nil {
-			return err
-		}
+	tree, err := buildTarget(e, m, c.Target)
+	if err != nil {
+		return err
 	}
 	dir := filepath.Join(c.Out, c.Target)
 	if err := targets.Write(dir, tree, true); err != nil {
@@ -52,6 +33,48 @@ func (c *buildCmd) Run(e *env) error {
 	}
 	fmt.Fprintf(e.stdout, "wrote %s: %d files for %d nodes\n", dir, tree.Len(), len(m.Cluster.Nodes))
 	return nil
+}
+
+// buildTarget renders one target, printing the target's own diagnostics
+// (and the cloud-init size report) when the spec does not suit it.
+func buildTarget(e *env, m *pki.Material, target string) (*targets.Tree, error) {
+	switch target {
+	case "systemd":
+		return systemd.Target{}.Build(m)
+	case "cloudinit", "terraform":
+		if target == "terraform" {
+			if err := printProblems(e, terraform.Check(m.Cluster)); err != nil {
+				return nil, err
+			}
+		}
+		ci, err := cloudinit.Target{}.Build(m)
+		if err != nil {
+			return nil, err
+		}
+		sizes := cloudinit.Sizes(m.Cluster, ci)
+		if err := printProblems(e, cloudinit.CheckSizes(m.Cluster, sizes)); err != nil {
+			return nil, err
+		}
+		if target == "terraform" {
+			return terraform.Target{}.Build(m)
+		}
+		for _, s := range sizes {
+			fmt.Fprintf(e.stdout, "user-data %s: %d bytes\n", s.Node, s.Bytes)
+		}
+		return ci, nil
+	}
+	return pkiTree(m)
+}
+
+// printProblems prints diagnostics that stop a build, if any is an error.
+func printProblems(e *env, diags diag.List) error {
+	if !diags.HasErrors() {
+		return nil
+	}
+	if err := diags.Sorted().Relative(e.cwd).WriteText(e.stderr); err != nil {
+		return err
+	}
+	return statusError{code: exitProblems, msg: "nothing written"}
 }
 
 // pkiTree lays the issued PKI out as a tree of its own.

@@ -16,7 +16,7 @@ import (
 )
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }
 
 // Exit statuses shared by every command.
@@ -31,6 +31,7 @@ type cli struct {
 	Check      checkCmd      `cmd:"" help:"Check a spec: schema errors and semantic checks, all reported at once."`
 	Explain    explainCmd    `cmd:"" help:"Show effective values of a spec and where each came from."`
 	Build      buildCmd      `cmd:"" help:"Compile a spec into a target and write it atomically to OUT/<target>."`
+	Provision  provisionCmd  `cmd:"" help:"Provision bare metal: serve every node's cloud-init through Matchbox with OpenTofu/Terraform (init, plan, confirm, apply)."`
 	Secrets    secretsCmd    `cmd:"" help:"Create or import the secrets bundle."`
 	PKI        pkiCmd        `cmd:"" name:"pki" help:"Inspect, renew and verify the cluster's certificates."`
 	Version    versionCmd    `cmd:"" help:"Print the kcompile version and the schema versions it understands."`
@@ -39,6 +40,7 @@ type cli struct {
 
 // env is what commands may touch of the outside world.
 type env struct {
+	stdin          io.Reader
 	stdout, stderr io.Writer
 	// cwd makes printed positions relative to where the user stands.
 	cwd string
@@ -50,7 +52,7 @@ type env struct {
 // exitError carries an exit status out of kong's Exit hook.
 type exitError int
 
-func run(args []string, stdout, stderr io.Writer) (code int) {
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) (code int) {
 	var c cli
 	parser, err := kong.New(&c,
 		kong.Name("kcompile"),
@@ -90,7 +92,7 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 		fmt.Fprintln(stderr, "kcompile:", err)
 		return exitUsage
 	}
-	e := &env{stdout: stdout, stderr: stderr, cwd: cwd, now: now, app: parser}
+	e := &env{stdin: stdin, stdout: stdout, stderr: stderr, cwd: cwd, now: now, app: parser}
 	if err := kctx.Run(e); err != nil {
 		var s statusError
 		if errors.As(err, &s) {

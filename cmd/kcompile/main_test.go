@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/rogpeppe/go-internal/testscript"
@@ -13,7 +14,7 @@ import (
 
 func TestMain(m *testing.M) {
 	testscript.Main(m, map[string]func(){
-		"kcompile": func() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) },
+		"kcompile": func() { os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr)) },
 	})
 }
 
@@ -34,6 +35,9 @@ func TestScripts(t *testing.T) {
 		Setup: func(env *testscript.Env) error {
 			// Outputs that depend on the clock use 2026-06-01.
 			env.Setenv("SOURCE_DATE_EPOCH", "1780272000")
+			// The directory testscript puts kcompile in, for scripts that
+			// need a PATH with nothing else on it.
+			env.Setenv("KCOMPILE_BIN", strings.SplitN(env.Getenv("PATH"), string(os.PathListSeparator), 2)[0])
 			bundle, err := os.ReadFile(filepath.Join(examples, "..", "testdata", "test-secrets.json"))
 			if err != nil {
 				return err

@@ -9,6 +9,7 @@ import (
 	"github.com/kcompile/kcompile/compiler"
 	"github.com/kcompile/kcompile/compiler/pki"
 	"github.com/kcompile/kcompile/targets/cloudinit"
+	"github.com/kcompile/kcompile/targets/terraform"
 )
 
 const (
@@ -28,6 +29,9 @@ func checksTable() string {
 	}
 	for _, r := range cloudinit.Rules() {
 		fmt.Fprintf(&b, "| %s | %s | cloud-init target | %s |\n", r.Code, r.Severity, strings.ReplaceAll(r.Summary, "|", "\\|"))
+	}
+	for _, r := range terraform.Rules() {
+		fmt.Fprintf(&b, "| %s | %s | terraform target | %s |\n", r.Code, r.Severity, strings.ReplaceAll(r.Summary, "|", "\\|"))
 	}
 	return b.String()
 }

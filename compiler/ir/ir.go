@@ -33,6 +33,9 @@ type Cluster struct {
 	// MaxUserDataBytes limits each node's cloud-init user-data; 0 for no
 	// limit.
 	MaxUserDataBytes int
+	// Boot is how machines network-boot; nil when the spec has no boot
+	// section.
+	Boot *Boot
 	// Settings are every effective value with its origin, sorted by path.
 	Settings []Setting
 }
@@ -109,11 +112,14 @@ type Node struct {
 	Zone      string
 	Rack      string
 	// Pool is the worker pool the node was expanded from, if any.
-	Pool           string
-	Labels         []Label
-	Taints         []Taint
-	Capacity       Capacity
-	KubeletVersion string
+	Pool string
+	// SpecPath is where the node is declared: the node itself, or the
+	// pool it was expanded from. MACPath is the field that gives its MAC.
+	SpecPath, MACPath string
+	Labels            []Label
+	Taints            []Taint
+	Capacity          Capacity
+	KubeletVersion    string
 	// Binaries are the programs the node's components need, with the
 	// version each must report.
 	Binaries []Binary
@@ -350,4 +356,21 @@ func (c *Cluster) Position(path string) (Pos, bool) {
 		}
 	}
 	return Pos{}, false
+}
+
+// Boot is how bare-metal machines network-boot through Matchbox.
+type Boot struct {
+	// MatchboxURL is Matchbox's HTTP endpoint, without a trailing slash.
+	MatchboxURL string
+	// Images holds the boot image of every role the cluster has, in role
+	// order.
+	Images []BootImage
+}
+
+// BootImage is what the nodes of one role boot.
+type BootImage struct {
+	Role   Role
+	Kernel string
+	Initrd []string
+	Args   []string
 }

@@ -1,0 +1,83 @@
+package terraform
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/kcompile/kcompile/compiler/diag"
+	"github.com/kcompile/kcompile/compiler/ir"
+)
+
+// Codes of the target's diagnostics.
+const (
+	CodeNoBoot = "KC1401"
+	CodeNoMAC  = "KC1402"
+)
+
+// Rule describes a diagnostic of this target, for the README's table.
+type Rule struct {
+	Code     string
+	Severity diag.Severity
+	Summary  string
+}
+
+// Rules lists the target's diagnostics.
+func Rules() []Rule {
+	return []Rule{
+		{CodeNoBoot, diag.Error, "the terraform target needs a boot section (Matchbox URL, kernel, initrds, arguments)"},
+		{CodeNoMAC, diag.Error, "the terraform target needs every node's MAC address, by which Matchbox selects its configuration"},
+	}
+}
+
+// Check reports what the spec lacks for this target, at spec positions.
+func Check(c *ir.Cluster) diag.List {
+	var out diag.List
+	if c.Boot == nil {
+		d := diag.Diagnostic{Code: CodeNoBoot, Severity: diag.Error, Path: "boot",
+			Message: "the spec has no boot section: the terraform target cannot say what machines boot",
+			Hint:    `add boot: {matchboxURL: "http://matchbox.example.com:8080", kernel: "/assets/vmlinuz", initrd: ["/assets/initrd.img"]} beside the cluster's name`}
+		// The section is missing, so point at the cluster it belongs to.
+		d.Positions = at(c, "name")
+		out = append(out, d)
+	}
+	// One diagnostic per place in the spec: a pool without macs is one
+	// mistake, however many nodes it has.
+	var order []string
+	missing := map[string][]string{}
+	for _, n := range c.Nodes {
+		if n.MAC != "" {
+			continue
+		}
+		if _, ok := missing[n.SpecPath]; !ok {
+			order = append(order, n.SpecPath)
+		}
+		missing[n.SpecPath] = append(missing[n.SpecPath], n.Name)
+	}
+	for _, p := range order {
+		names := missing[p]
+		d := diag.Diagnostic{Code: CodeNoMAC, Severity: diag.Error, Path: p,
+			Message: fmt.Sprintf("node %s has no MAC address: Matchbox selects a machine's configuration by it", names[0]),
+			Hint:    "set mac to the MAC address of the node's provisioning interface"}
+		if len(names) > 1 {
+			d.Message = fmt.Sprintf("%d nodes (%s) have no MAC address: Matchbox selects a machine's configuration by it", len(names), abbreviate(names))
+			d.Hint = "give the pool macs, one per node in node order"
+		}
+		d.Positions = at(c, p)
+		out = append(out, d)
+	}
+	return out
+}
+
+func abbreviate(names []string) string {
+	if len(names) <= 4 {
+		return strings.Join(names, ", ")
+	}
+	return fmt.Sprintf("%s, ... %s", strings.Join(names[:3], ", "), names[len(names)-1])
+}
+
+func at(c *ir.Cluster, path string) []diag.Pos {
+	if p, ok := c.Position(path); ok {
+		return []diag.Pos{{File: p.File, Line: p.Line, Column: p.Column}}
+	}
+	return nil
+}

@@ -1,0 +1,315 @@
+package terraform
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/kcompile/kcompile/compiler"
+	"github.com/kcompile/kcompile/compiler/pki"
+	"github.com/kcompile/kcompile/review"
+	"github.com/kcompile/kcompile/targets"
+	"github.com/kcompile/kcompile/targets/cloudinit"
+)
+
+// externalBoot turns examples/external-etcd into a spec this target
+// accepts, with a boot image of its own for the etcd members.
+const externalBoot = `
+workers: pools: compute: macs: ["52:54:00:10:02:10", "52:54:00:10:02:11", "52:54:00:10:02:12", "52:54:00:10:02:13"]
+boot: {
+	matchboxURL: "https://matchbox.example.com:8443/"
+	kernel: "https://images.example.com/debian/vmlinuz"
+	initrd: ["https://images.example.com/debian/initrd.img", "/assets/firmware.cpio.gz"]
+	args: ["console=ttyS0", "quote=\"x\"", "dollar=${HOME}", "pct=%{x}"]
+	roles: etcd: {kernel: "/assets/etcd/vmlinuz", args: []}
+}
+`
+
+// compile compiles an example, with extra CUE appended in a file of its
+// own when given.
+func compile(t *testing.T, name, extra string) *pki.Material {
+	t.Helper()
+	dir := "../../examples/" + name
+	if extra != "" {
+		dir = t.TempDir()
+		if err := os.CopyFS(dir, os.DirFS("../../examples/"+name)); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "zz_extra.cue"), []byte("package cluster\n"+extra), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, diags := compiler.Compile(compiler.Source{Dir: dir})
+	if c == nil {
+		t.Fatalf("%s: %v", name, diags)
+	}
+	data, err := os.ReadFile("../../testdata/test-secrets.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := pki.Parse(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := pki.Issue(c, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// console evaluates expr with tofu console in dir and decodes the JSON
+// it encodes into v; base64 keeps the console's own quoting out of it.
+func console(t *testing.T, dir string, env []string, expr string, v any) {
+	t.Helper()
+	out := tofu(t, dir, env, "base64encode(jsonencode("+expr+"))\n", "console")
+	var b64 string
+	if err := json.Unmarshal([]byte(strings.TrimSpace(out)), &b64); err != nil {
+		t.Fatalf("tofu console printed %q: %v", out, err)
+	}
+	data, err := base64.StdEncoding.DecodeString(b64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(data, v); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// bin is a program scripts/tools built into .bin.
+func bin(t *testing.T, name string) string {
+	t.Helper()
+	p, err := filepath.Abs("../../.bin/" + name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("%s is missing: run scripts/tools first", p)
+	}
+	return p
+}
+
+// tofuEnv is an environment in which tofu installs the Matchbox provider
+// from the mirror scripts/tools fills, and from nowhere else.
+func tofuEnv(t *testing.T) []string {
+	t.Helper()
+	mirror := bin(t, "providers")
+	rc := filepath.Join(t.TempDir(), "tofurc")
+	cfg := `provider_installation {
+  filesystem_mirror {
+    path    = "` + mirror + `"
+    include = ["registry.opentofu.org/poseidon/matchbox"]
+  }
+}
+`
+	if err := os.WriteFile(rc, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return append(os.Environ(), "TF_CLI_CONFIG_FILE="+rc, "TF_IN_AUTOMATION=1", "CHECKPOINT_DISABLE=1")
+}
+
+func tofu(t *testing.T, dir string, env []string, stdin string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(bin(t, "tofu"), args...)
+	cmd.Dir = dir
+	cmd.Env = env
+	cmd.Stdin = strings.NewReader(stdin)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("tofu %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// TestModuleValidates has OpenTofu itself judge the generated modules:
+// init with the real provider, validate against its schema, and fmt
+// finds nothing to change.
+func TestModuleValidates(t *testing.T) {
+	env := tofuEnv(t)
+	for _, m := range []*pki.Material{compile(t, "ha-stacked", ""), compile(t, "external-etcd", externalBoot)} {
+		tree, err := Target{}.Build(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir := filepath.Join(t.TempDir(), "terraform")
+		if err := targets.Write(dir, tree, false); err != nil {
+			t.Fatal(err)
+		}
+		tofu(t, dir, env, "", "init", "-input=false", "-backend=false", "-no-color")
+		tofu(t, dir, env, "", "validate", "-no-color")
+		tofu(t, dir, env, "", "fmt", "-check", "-diff", "-recursive", "-no-color")
+	}
+}
+
+// TestModuleValues evaluates the module's locals with tofu console and
+// finds the spec's boot images, with role overrides applied, every kind
+// of character surviving the HCL quoting, and the seed argument.
+func TestModuleValues(t *testing.T) {
+	m := compile(t, "external-etcd", externalBoot)
+	tree, err := Target{}.Build(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "terraform")
+	if err := targets.Write(dir, tree, false); err != nil {
+		t.Fatal(err)
+	}
+	env := tofuEnv(t)
+	tofu(t, dir, env, "", "init", "-input=false", "-no-color")
+	var got struct {
+		Roles map[string]struct {
+			Kernel string   `json:"kernel"`
+			Initrd []string `json:"initrd"`
+			Args   []string `json:"args"`
+		} `json:"roles"`
+		Seed    string                       `json:"seed"`
+		Nocloud string                       `json:"nocloud"`
+		Nodes   map[string]map[string]string `json:"nodes"`
+	}
+	console(t, dir, env, "{roles = local.roles, seed = local.seed, nocloud = local.nocloud, nodes = local.nodes}", &got)
+	wantArgs := []string{"console=ttyS0", `quote="x"`, "dollar=${HOME}", "pct=%{x}"}
+	for role, want := range map[string]struct {
+		kernel string
+		args   []string
+	}{
+		"control-plane": {"https://images.example.com/debian/vmlinuz", wantArgs},
+		"etcd":          {"/assets/etcd/vmlinuz", []string{}},
+		"worker":        {"https://images.example.com/debian/vmlinuz", wantArgs},
+	} {
+		r, ok := got.Roles[role]
+		if !ok {
+			t.Errorf("no profile for role %s: %v", role, got.Roles)
+			continue
+		}
+		if r.Kernel != want.kernel || strings.Join(r.Args, " ") != strings.Join(want.args, " ") {
+			t.Errorf("role %s: kernel %q args %q, want %q %q", role, r.Kernel, r.Args, want.kernel, want.args)
+		}
+		if strings.Join(r.Initrd, " ") != "https://images.example.com/debian/initrd.img /assets/firmware.cpio.gz" {
+			t.Errorf("role %s: initrd %q", role, r.Initrd)
+		}
+	}
+	if want := "ds=nocloud-net;s=https://matchbox.example.com:8443/generic?mac=${mac:hexhyp}&file=%s"; got.Seed != want {
+		t.Errorf("seed %q, want %q", got.Seed, want)
+	}
+	if got.Nocloud != nocloudTemplate {
+		t.Errorf("nocloud template %q, want %q", got.Nocloud, nocloudTemplate)
+	}
+	if len(got.Nodes) != len(m.Cluster.Nodes) {
+		t.Errorf("%d nodes in the module, %d in the cluster", len(got.Nodes), len(m.Cluster.Nodes))
+	}
+	for _, n := range m.Cluster.Nodes {
+		g := got.Nodes[n.Name]
+		if g["mac"] != n.MAC || g["role"] != string(n.Role) || g["address"] != n.Address().String() {
+			t.Errorf("node %s: %v", n.Name, g)
+		}
+	}
+}
+
+// TestQuoteRoundTrip has tofu read back strings of every awkward kind.
+func TestQuoteRoundTrip(t *testing.T) {
+	in := []string{"", `a"b`, `back\slash`, "line\nfeed\r\ttab", "${x}", "$${x}", "$$${x}", "%{if}", "%%{x}",
+		"$", "%", "${", "%{", "end$", "unicode ünï €", "ctl\x01\x1f\x7f", "{{.user_data}}"}
+	var b strings.Builder
+	b.WriteString("[")
+	for i, s := range in {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(quote(s))
+	}
+	b.WriteString("]")
+	var got []string
+	console(t, t.TempDir(), tofuEnv(t), b.String(), &got)
+	if len(got) != len(in) {
+		t.Fatalf("got %q", got)
+	}
+	for i := range in {
+		if got[i] != in[i] {
+			t.Errorf("%q came back as %q (quoted %s)", in[i], got[i], quote(in[i]))
+		}
+	}
+}
+
+// TestNodeFilesAreTheCloudInitTarget: the module serves exactly what the
+// cloudinit target builds, and keeps it private.
+func TestNodeFilesAreTheCloudInitTarget(t *testing.T) {
+	m := compile(t, "ha-stacked", "")
+	tree, err := Target{}.Build(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ci, err := cloudinit.Target{}.Build(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, f := range tree.Files() {
+		if !strings.HasPrefix(f.Path, "nodes/") {
+			continue
+		}
+		n++
+		want, ok := ci.Get(f.Path)
+		if !ok || !bytes.Equal(f.Data, want.Data) {
+			t.Errorf("%s differs from the cloudinit target's", f.Path)
+		}
+		if f.Mode != 0o600 {
+			t.Errorf("%s has mode %o, want 600", f.Path, f.Mode)
+		}
+	}
+	if want := 3 * len(m.Cluster.Nodes); n != want {
+		t.Errorf("%d node files, want %d", n, want)
+	}
+}
+
+func TestCheck(t *testing.T) {
+	// single-node has no boot section.
+	c := compile(t, "single-node", "").Cluster
+	d := Check(c)
+	if len(d) != 1 || d[0].Code != CodeNoBoot || !d[0].Primary().IsValid() {
+		t.Errorf("single-node: %v", d)
+	}
+	// A pool without macs is one diagnostic at the pool.
+	c = compile(t, "external-etcd", "boot: {matchboxURL: \"http://m:8080\", kernel: \"/assets/k\"}\n").Cluster
+	d = Check(c)
+	if len(d) != 1 || d[0].Code != CodeNoMAC || d[0].Path != "workers.pools.compute" ||
+		!strings.Contains(d[0].Message, "4 nodes (compute-1, compute-2, compute-3, compute-4)") || d[0].Primary().File == "" {
+		t.Errorf("external-etcd without pool macs: %v", d)
+	}
+	c = compile(t, "external-etcd", externalBoot).Cluster
+	if d := Check(c); len(d) != 0 {
+		t.Errorf("a complete spec: %v", d)
+	}
+	if _, err := (Target{}).Build(compile(t, "single-node", "")); err == nil {
+		t.Error("Build accepted a spec without boot")
+	}
+}
+
+// TestGolden compares the module (its .tf files and README; the node
+// files are the cloudinit target's goldens) with golden/ha-stacked/terraform.
+func TestGolden(t *testing.T) {
+	update := os.Getenv("KCOMPILE_UPDATE") != ""
+	tree, err := Target{}.Build(compile(t, "ha-stacked", ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	module := targets.NewTree()
+	for _, f := range tree.Files() {
+		if !strings.HasPrefix(f.Path, "nodes/") {
+			if err := module.Add(f.Path, f.Data, f.Mode); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	d, err := review.Golden("../../golden/ha-stacked/terraform", module, update)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d != "" {
+		t.Errorf("the module differs from golden/ha-stacked/terraform (KCOMPILE_UPDATE=1 go test ./targets/terraform rewrites it):\n%s", d)
+	}
+}
