@@ -2,6 +2,7 @@ package systemd
 
 import (
 	"github.com/kcompile/kcompile/compiler/ir"
+	"path"
 )
 
 // unitFile is a unit and the file name it is installed under.
@@ -63,16 +64,18 @@ func nodeUnits(c *ir.Cluster, n ir.Node) []unitFile {
 
 // runtimeUnit is the container runtime's service. Its binaries come from
 // the runtime's release, not from a distribution package, so the unit is
-// ours.
+// ours. It names its configuration, though it is the runtime's default,
+// so that the unit says what it reads (kcompile diff restarts it when
+// that changes).
 func runtimeUnit(c *ir.Cluster) unitFile {
 	if c.Runtime.Engine == "cri-o" {
 		u := service("CRI-O container runtime", "https://cri-o.io/", []string{"network-online.target"}, nil,
-			program("crio"), nil)
+			program("crio"), []string{flag("config-dir", "/"+path.Dir(crioConfigPath))})
 		withRuntimeLimits(&u)
 		return unitFile{"crio.service", u}
 	}
 	u := service("containerd container runtime", "https://containerd.io/", []string{"network-online.target", "local-fs.target"}, nil,
-		program("containerd"), nil)
+		program("containerd"), []string{flag("config", "/"+containerdConfigPath)})
 	withRuntimeLimits(&u)
 	return unitFile{"containerd.service", u}
 }
