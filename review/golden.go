@@ -59,76 +59,109 @@ func CertSummary(data []byte) ([]byte, error) {
 	return []byte(b.String()), nil
 }
 
-// Golden compares a tree with the golden directory dir and returns a
-// unified diff of every difference ("" when equal): changed files, files
-// missing from the golden directory and stale ones in it. With update it
-// rewrites dir to match instead, deleting stale files, and returns "".
+// Golden compares a tree with the golden directory dir and returns the
+// report of kcompile diff --golden as text ("" when equal): changed files,
+// files missing from the golden directory and stale ones in it. With
+// update it rewrites dir to match instead, deleting stale files, and
+// returns "".
 func Golden(dir string, tree *targets.Tree, update bool) (string, error) {
-	want, err := goldenFiles(tree)
+	want, err := WithSummaries(tree)
 	if err != nil {
 		return "", err
 	}
-	have := map[string]bool{}
-	if err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if errors.Is(err, fs.ErrNotExist) && p == dir {
-			return filepath.SkipAll
-		}
-		if err != nil || d.IsDir() {
-			return err
-		}
-		rel, _ := filepath.Rel(dir, p)
-		have[filepath.ToSlash(rel)] = true
-		return nil
-	}); err != nil {
+	have, err := ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		have, err = targets.NewTree(), nil
+	}
+	if err != nil {
 		return "", err
 	}
 	if update {
-		for p := range have {
-			if _, ok := want[p]; !ok {
-				if err := os.Remove(filepath.Join(dir, filepath.FromSlash(p))); err != nil {
+		for _, f := range have.Files() {
+			if _, ok := want.Get(f.Path); !ok {
+				if err := os.Remove(filepath.Join(dir, filepath.FromSlash(f.Path))); err != nil {
 					return "", err
 				}
 			}
 		}
-		for p, data := range want {
-			full := filepath.Join(dir, filepath.FromSlash(p))
+		for _, f := range want.Files() {
+			full := filepath.Join(dir, filepath.FromSlash(f.Path))
 			if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
 				return "", err
 			}
-			if err := os.WriteFile(full, data, 0o644); err != nil {
+			if err := os.WriteFile(full, f.Data, 0o644); err != nil {
 				return "", err
 			}
 		}
 		return "", removeEmptyDirs(dir)
 	}
-	paths := make([]string, 0, len(want)+len(have))
-	for p := range want {
-		paths = append(paths, p)
+	r := Compare(Side{Label: "golden", Tree: have}, Side{Label: "built", Tree: want}, Options{IgnoreModes: true})
+	if r.Equal() {
+		return "", nil
 	}
-	for p := range have {
-		if _, ok := want[p]; !ok {
-			paths = append(paths, p)
+	var b strings.Builder
+	if err := r.WriteText(&b, false); err != nil {
+		return "", err
+	}
+	return b.String(), nil
+}
+
+// WithSummaries is a tree with a text summary beside every certificate,
+// as golden directories hold it.
+func WithSummaries(tree *targets.Tree) (*targets.Tree, error) {
+	files, err := goldenFiles(tree)
+	if err != nil {
+		return nil, err
+	}
+	out := targets.NewTree()
+	for _, f := range tree.Files() {
+		if err := out.Add(f.Path, f.Data, f.Mode); err != nil {
+			return nil, err
 		}
 	}
-	sort.Strings(paths)
-	var out strings.Builder
-	for _, p := range paths {
-		var old []byte
-		if have[p] {
-			if old, err = os.ReadFile(filepath.Join(dir, filepath.FromSlash(p))); err != nil {
-				return "", err
+	for p, data := range files {
+		if _, ok := out.Get(p); !ok {
+			if err := out.Add(p, data, 0o644); err != nil {
+				return nil, err
 			}
 		}
-		oldName, newName := "golden/"+p, "built/"+p
-		if !have[p] {
-			oldName = "/dev/null"
-		}
-		if _, ok := want[p]; !ok {
-			newName = "/dev/null"
-		}
-		out.WriteString(Unified(oldName, newName, old, want[p], 3))
 	}
-	return out.String(), nil
+	return out, nil
+}
+
+// ReadDir reads a directory written by a target (or a golden directory)
+// back into a tree, with the files' modes. Symbolic links and other
+// special files are refused: trees hold regular files only.
+func ReadDir(dir string) (*targets.Tree, error) {
+	if _, err := os.Stat(dir); err != nil {
+		return nil, err
+	}
+	tree := targets.NewTree()
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		if !d.Type().IsRegular() {
+			return fmt.Errorf("%s is not a regular file", p)
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(dir, p)
+		if err != nil {
+			return err
+		}
+		return tree.Add(filepath.ToSlash(rel), data, info.Mode().Perm())
+	})
+	if err != nil {
+		return nil, err
+	}
+	return tree, nil
 }
 
 // removeEmptyDirs deletes directories left empty by removing stale files.

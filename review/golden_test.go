@@ -32,8 +32,8 @@ func TestGoldenUpdateCompareAndStale(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"--- golden/nodes/a/etc/x.conf\n+++ built/nodes/a/etc/x.conf\n", "-two\n+TWO\n",
-		"--- /dev/null\n+++ built/nodes/b/new\n", "--- golden/cluster/y.yaml\n+++ /dev/null\n"} {
+	for _, want := range []string{"--- a/nodes/a/etc/x.conf\n+++ b/nodes/a/etc/x.conf\n", "-two\n+TWO\n",
+		"--- /dev/null\n+++ b/nodes/b/new\n", "--- a/cluster/y.yaml\n+++ /dev/null\n"} {
 		if !strings.Contains(d, want) {
 			t.Errorf("diff lacks %q:\n%s", want, d)
 		}

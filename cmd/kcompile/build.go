@@ -27,6 +27,11 @@ func (c *buildCmd) Run(e *env) error {
 	if err != nil {
 		return err
 	}
+	if c.Target == "cloudinit" {
+		for _, s := range cloudinit.Sizes(m.Cluster, tree) {
+			fmt.Fprintf(e.stdout, "user-data %s: %d bytes\n", s.Node, s.Bytes)
+		}
+	}
 	dir := filepath.Join(c.Out, c.Target)
 	if err := targets.Write(dir, tree, true); err != nil {
 		return err
@@ -57,9 +62,6 @@ func buildTarget(e *env, m *pki.Material, target string) (*targets.Tree, error) 
 		}
 		if target == "terraform" {
 			return terraform.Target{}.Build(m)
-		}
-		for _, s := range sizes {
-			fmt.Fprintf(e.stdout, "user-data %s: %d bytes\n", s.Node, s.Bytes)
 		}
 		return ci, nil
 	}

@@ -31,6 +31,7 @@ type cli struct {
 	Check      checkCmd      `cmd:"" help:"Check a spec: schema errors and semantic checks, all reported at once."`
 	Explain    explainCmd    `cmd:"" help:"Show effective values of a spec and where each came from."`
 	Build      buildCmd      `cmd:"" help:"Compile a spec into a target and write it atomically to OUT/<target>."`
+	Diff       diffCmd       `cmd:"" help:"Show what a spec change does to the compiled cluster: nodes, files, restarts, etcd quorum; or compare a built tree with a golden directory."`
 	Provision  provisionCmd  `cmd:"" help:"Provision bare metal: serve every node's cloud-init through Matchbox with OpenTofu/Terraform (init, plan, confirm, apply)."`
 	Secrets    secretsCmd    `cmd:"" help:"Create or import the secrets bundle."`
 	PKI        pkiCmd        `cmd:"" name:"pki" help:"Inspect, renew and verify the cluster's certificates."`

@@ -1,0 +1,228 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	"github.com/kcompile/kcompile/compiler/ir"
+	"github.com/kcompile/kcompile/compiler/pki"
+	"github.com/kcompile/kcompile/review"
+	"github.com/kcompile/kcompile/targets"
+)
+
+type diffCmd struct {
+	Args    []string `arg:"" optional:"" help:"BASE HEAD: two spec directories. With --git: the spec directory (default .). With --golden: GOLDEN OUT, a golden directory and a built tree."`
+	Git     string   `placeholder:"REV1..REV2" help:"Compare the spec at two git revisions instead of two directories."`
+	Golden  bool     `help:"Compare a built tree (OUT) with a golden directory (GOLDEN), as the golden tests do; file modes are not compared (git keeps none)."`
+	Secrets string   `short:"s" default:"secrets.json" help:"Secrets bundle both sides are compiled with."`
+	Target  string   `short:"t" enum:"systemd,cloudinit,all" default:"systemd" help:"Which target to compare: systemd, cloudinit or all (both)."`
+	Output  string   `short:"o" enum:"text,markdown,json" default:"text" help:"Output format: text, markdown (a pull-request comment) or json."`
+	Color   string   `enum:"auto,always,never" default:"auto" help:"Colour text output: auto (on a terminal), always or never."`
+}
+
+// diffSide is one compiled side.
+type diffSide struct {
+	label string
+	tree  *targets.Tree
+	etcd  []review.EtcdMember
+}
+
+// Run compares; exit 0 when equal, 1 when different, 2 on any error.
+func (c *diffCmd) Run(e *env) error {
+	r, err := c.compare(e)
+	if err != nil {
+		var s statusError
+		if errors.As(err, &s) {
+			return statusError{code: exitUsage, msg: s.msg}
+		}
+		return statusError{code: exitUsage, msg: err.Error()}
+	}
+	switch c.Output {
+	case "json":
+		err = r.WriteJSON(e.stdout)
+	case "markdown":
+		err = r.WriteMarkdown(e.stdout)
+	default:
+		colour := c.Color == "always" || (c.Color == "auto" && isTerminal(e.stdout))
+		err = r.WriteText(e.stdout, colour)
+	}
+	if err != nil {
+		return statusError{code: exitUsage, msg: err.Error()}
+	}
+	if !r.Equal() {
+		return statusError{code: exitProblems}
+	}
+	return nil
+}
+
+func (c *diffCmd) compare(e *env) (*review.Report, error) {
+	switch {
+	case c.Golden:
+		if c.Git != "" || len(c.Args) != 2 {
+			return nil, errors.New("diff --golden takes GOLDEN OUT: a golden directory and a built tree")
+		}
+		golden, err := review.ReadDir(c.Args[0])
+		if err != nil {
+			return nil, err
+		}
+		built, err := review.ReadDir(c.Args[1])
+		if err != nil {
+			return nil, err
+		}
+		if built, err = review.WithSummaries(built); err != nil {
+			return nil, err
+		}
+		return review.Compare(review.Side{Label: c.Args[0], Tree: golden}, review.Side{Label: c.Args[1], Tree: built},
+			review.Options{IgnoreModes: true}), nil
+	case c.Git != "":
+		if len(c.Args) > 1 {
+			return nil, errors.New("diff --git REV1..REV2 takes at most one spec directory")
+		}
+		dir := "."
+		if len(c.Args) == 1 {
+			dir = c.Args[0]
+		}
+		rev1, rev2, ok := strings.Cut(c.Git, "..")
+		if !ok || rev1 == "" || rev2 == "" || strings.HasPrefix(rev2, ".") {
+			return nil, fmt.Errorf("--git %q: write two revisions as REV1..REV2", c.Git)
+		}
+		var sides [2]diffSide
+		for i, rev := range []string{rev1, rev2} {
+			tmp, err := os.MkdirTemp("", "kcompile-diff-")
+			if err != nil {
+				return nil, err
+			}
+			defer os.RemoveAll(tmp)
+			if err := exportSpec(dir, rev, tmp); err != nil {
+				return nil, err
+			}
+			if sides[i], err = c.side(e, tmp, rev+":"+dir); err != nil {
+				return nil, err
+			}
+		}
+		return compareSides(sides[0], sides[1]), nil
+	}
+	if len(c.Args) != 2 {
+		return nil, errors.New("diff takes BASE HEAD (two spec directories), --git REV1..REV2 [DIR] or --golden GOLDEN OUT")
+	}
+	base, err := c.side(e, c.Args[0], c.Args[0])
+	if err != nil {
+		return nil, err
+	}
+	head, err := c.side(e, c.Args[1], c.Args[1])
+	if err != nil {
+		return nil, err
+	}
+	return compareSides(base, head), nil
+}
+
+func compareSides(a, b diffSide) *review.Report {
+	return review.Compare(review.Side{Label: a.label, Tree: a.tree, Etcd: a.etcd},
+		review.Side{Label: b.label, Tree: b.tree, Etcd: b.etcd}, review.Options{})
+}
+
+// side compiles one spec with the shared bundle and builds the target(s).
+func (c *diffCmd) side(e *env, dir, label string) (diffSide, error) {
+	cl, b, err := compileWithBundle(e, dir, c.Secrets)
+	if err != nil {
+		var s statusError
+		if errors.As(err, &s) {
+			return diffSide{}, fmt.Errorf("%s: %s", label, s.msg)
+		}
+		return diffSide{}, err
+	}
+	m, err := pki.Issue(cl, b)
+	if err != nil {
+		return diffSide{}, err
+	}
+	s := diffSide{label: label, etcd: etcdMembers(cl)}
+	targetNames := []string{c.Target}
+	if c.Target == "all" {
+		targetNames = []string{"systemd", "cloudinit"}
+	}
+	s.tree = targets.NewTree()
+	for _, name := range targetNames {
+		t, err := buildTarget(e, m, name)
+		if err != nil {
+			return diffSide{}, fmt.Errorf("%s: %w", label, err)
+		}
+		for _, f := range t.Files() {
+			p := f.Path
+			if c.Target == "all" {
+				p = name + "/" + p
+			}
+			if err := s.tree.Add(p, f.Data, f.Mode); err != nil {
+				return diffSide{}, err
+			}
+		}
+	}
+	return s, nil
+}
+
+func etcdMembers(c *ir.Cluster) []review.EtcdMember {
+	var out []review.EtcdMember
+	for _, m := range c.Etcd.Members {
+		out = append(out, review.EtcdMember{Name: m.Name, Address: m.Address.String(), Node: m.Node})
+	}
+	return out
+}
+
+// exportSpec writes the files of the spec directory dir as they are at
+// git revision rev into out.
+func exportSpec(dir, rev, out string) error {
+	git := func(args ...string) ([]byte, error) {
+		cmd := exec.Command("git", append([]string{"-C", dir}, args...)...)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		b, err := cmd.Output()
+		if err != nil {
+			return nil, fmt.Errorf("git %s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+		}
+		return b, nil
+	}
+	if _, err := git("rev-parse", "--verify", "--quiet", rev+"^{commit}"); err != nil {
+		return fmt.Errorf("%s is not a revision of the repository at %s: %w", rev, dir, err)
+	}
+	// Paths relative to dir, and only those below it.
+	list, err := git("ls-tree", "-r", "-z", "--name-only", rev, "--", ".")
+	if err != nil {
+		return err
+	}
+	n := 0
+	for _, name := range strings.Split(string(list), "\x00") {
+		if name == "" {
+			continue
+		}
+		data, err := git("show", rev+":./"+name)
+		if err != nil {
+			return err
+		}
+		p := filepath.Join(out, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(p, data, 0o644); err != nil {
+			return err
+		}
+		n++
+	}
+	if n == 0 {
+		return fmt.Errorf("%s has no files at %s", dir, rev)
+	}
+	return nil
+}
+
+// isTerminal reports whether w is a terminal, for colour.
+func isTerminal(w any) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}

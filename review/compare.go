@@ -1,0 +1,559 @@
+package review
+
+import (
+	"bytes"
+	"compress/gzip"
+	"encoding/base64"
+	"fmt"
+	"io"
+	"io/fs"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/kcompile/kcompile/targets"
+)
+
+// Status is what happened to a file or node.
+type Status string
+
+const (
+	Added    Status = "added"
+	Removed  Status = "removed"
+	Modified Status = "modified"
+)
+
+// FileChange is one file that differs.
+type FileChange struct {
+	Path string `json:"path"`
+	// Node is the node the file belongs to, "" for cluster files.
+	Node    string `json:"node,omitempty"`
+	Status  Status `json:"status"`
+	Kind    Kind   `json:"kind"`
+	OldMode string `json:"oldMode,omitempty"`
+	NewMode string `json:"newMode,omitempty"`
+	// Details are the semantic lines: certificate fields, unit
+	// directives, kubeconfig entries, hashes of secrets.
+	Details []string `json:"details,omitempty"`
+	// Unified is a unified diff that `patch -p1` applies in the base
+	// tree; empty for kinds shown by their details only (secrets,
+	// certificates, kubeconfigs, user-data, binaries).
+	Unified string `json:"unified,omitempty"`
+}
+
+// NodeChange is what a change does to one node.
+type NodeChange struct {
+	Node   string `json:"node"`
+	Status Status `json:"status"`
+	Files  int    `json:"files"`
+	// Restarts are the units whose file, or a file they read, changed;
+	// Starts are new units and Stops removed ones.
+	Restarts []string `json:"restarts,omitempty"`
+	Starts   []string `json:"starts,omitempty"`
+	Stops    []string `json:"stops,omitempty"`
+	// Reprovision is set when the node's cloud-init user-data changed:
+	// cloud-init applies it on the first boot only. Affects are the units
+	// the change touches, as Restarts would be for the files themselves.
+	Reprovision bool     `json:"reprovision,omitempty"`
+	Affects     []string `json:"affects,omitempty"`
+}
+
+// Report is the whole comparison.
+type Report struct {
+	Base  string       `json:"base"`
+	Head  string       `json:"head"`
+	Nodes []NodeChange `json:"nodes"`
+	// ClusterFiles counts changed files outside every node's tree.
+	ClusterFiles int          `json:"clusterFiles"`
+	Etcd         *EtcdChange  `json:"etcd,omitempty"`
+	Notes        []string     `json:"notes,omitempty"`
+	Files        []FileChange `json:"files"`
+}
+
+// Equal reports whether the trees had no difference.
+func (r *Report) Equal() bool { return len(r.Files) == 0 && (r.Etcd == nil || !r.Etcd.Changed()) }
+
+// Options tune a comparison.
+type Options struct {
+	// IgnoreModes compares contents only: git keeps no file modes, so a
+	// golden directory has none.
+	IgnoreModes bool
+}
+
+// Side is one side of a comparison: a tree and the cluster facts the
+// summary reports.
+type Side struct {
+	Label string
+	Tree  *targets.Tree
+	Etcd  []EtcdMember
+}
+
+// Compare compares two trees.
+func Compare(base, head Side, opts Options) *Report {
+	r := &Report{Base: base.Label, Head: head.Label, Files: []FileChange{}}
+	a, b := files(base.Tree), files(head.Tree)
+	for _, p := range unionKeys(a, b) {
+		fa, inA := a[p]
+		fb, inB := b[p]
+		if inA && inB && bytes.Equal(fa.Data, fb.Data) && (opts.IgnoreModes || fa.Mode == fb.Mode) {
+			continue
+		}
+		fc := FileChange{Path: p, Node: nodeOf(p), Status: Modified}
+		var old, new []byte
+		var modeA, modeB fs.FileMode
+		if inA {
+			old, modeA = fa.Data, fa.Mode
+			fc.OldMode = fmt.Sprintf("%04o", modeA)
+		} else {
+			fc.Status = Added
+		}
+		if inB {
+			new, modeB = fb.Data, fb.Mode
+			fc.NewMode = fmt.Sprintf("%04o", modeB)
+		} else {
+			fc.Status = Removed
+		}
+		if opts.IgnoreModes {
+			fc.OldMode, fc.NewMode, modeA, modeB = "", "", 0, 0
+		}
+		fc.Kind = fileKind(p, old, modeA, new, modeB)
+		if fc.Status == Modified && !opts.IgnoreModes && modeA != modeB {
+			fc.Details = append(fc.Details, fmt.Sprintf("mode: %04o → %04o", modeA, modeB))
+		}
+		if !bytes.Equal(old, new) || fc.Status != Modified {
+			details, unified := view(fc.Kind, p, old, new, inA, inB)
+			fc.Details = append(fc.Details, details...)
+			fc.Unified = unified
+		}
+		r.Files = append(r.Files, fc)
+	}
+	r.summarise(a, b)
+	r.Etcd = compareEtcd(base.Etcd, head.Etcd)
+	if r.Etcd != nil {
+		r.Notes = append(r.Notes, r.Etcd.notes(r.Nodes)...)
+	}
+	return r
+}
+
+// fileKind is the kind of a file: a secret when either side is one.
+func fileKind(p string, old []byte, modeA fs.FileMode, new []byte, modeB fs.FileMode) Kind {
+	var ka, kb Kind
+	if old != nil {
+		ka = classify(p, old, modeA)
+	}
+	if new != nil {
+		kb = classify(p, new, modeB)
+	}
+	switch {
+	case ka == "":
+		return kb
+	case kb == "" || ka == kb:
+		return ka
+	case ka == KindSecret || kb == KindSecret:
+		return KindSecret
+	case ka == KindUserData || kb == KindUserData || ka == KindKubeconfig || kb == KindKubeconfig:
+		// They hold secrets; never fall back to a text diff.
+		return KindSecret
+	case ka == KindBinary || kb == KindBinary:
+		return KindBinary
+	}
+	return KindText
+}
+
+// view renders a changed file in its kind.
+func view(k Kind, p string, old, new []byte, inA, inB bool) ([]string, string) {
+	unified := func() string {
+		oldName, newName := "a/"+p, "b/"+p
+		if !inA {
+			oldName = "/dev/null"
+		}
+		if !inB {
+			newName = "/dev/null"
+		}
+		return Unified(oldName, newName, old, new, 3)
+	}
+	switch k {
+	case KindSecret:
+		return secretLines(old, new), ""
+	case KindBinary:
+		return []string{"content: " + change(hashOrEmpty(old), hashOrEmpty(new)) + " (binary)"}, ""
+	case KindCertificate:
+		return certLines(old, new), ""
+	case KindKubeconfig:
+		return kubeconfigLines(old, new), ""
+	case KindUserData:
+		return userDataLines(old, new), ""
+	case KindUnit:
+		if inA && inB {
+			return unitLines(old, new), unified()
+		}
+	}
+	return nil, unified()
+}
+
+func files(t *targets.Tree) map[string]targets.File {
+	out := map[string]targets.File{}
+	if t == nil {
+		return out
+	}
+	for _, f := range t.Files() {
+		out[f.Path] = f
+	}
+	return out
+}
+
+// nodeOf is the node a tree path belongs to: the component after
+// "nodes/", under an optional target directory.
+func nodeOf(p string) string {
+	parts := strings.Split(p, "/")
+	for i := 0; i+2 < len(parts) && i < 2; i++ {
+		if parts[i] == "nodes" {
+			return parts[i+1]
+		}
+	}
+	return ""
+}
+
+// nodeRoot is the part of a path inside its node's root file system.
+func nodeRoot(p string) string {
+	parts := strings.Split(p, "/")
+	for i := 0; i+2 < len(parts) && i < 2; i++ {
+		if parts[i] == "nodes" {
+			return "/" + strings.Join(parts[i+2:], "/")
+		}
+	}
+	return ""
+}
+
+// summarise fills in the per-node summary.
+func (r *Report) summarise(a, b map[string]targets.File) {
+	nodesA, nodesB := nodeFiles(a), nodeFiles(b)
+	changed := map[string][]FileChange{}
+	for _, f := range r.Files {
+		if f.Node == "" {
+			r.ClusterFiles++
+			continue
+		}
+		changed[f.Node] = append(changed[f.Node], f)
+	}
+	var names []string
+	for n := range changed {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		nc := NodeChange{Node: n, Status: Modified, Files: len(changed[n])}
+		switch {
+		case nodesA[n] == nil:
+			nc.Status = Added
+		case nodesB[n] == nil:
+			nc.Status = Removed
+		}
+		for _, f := range changed[n] {
+			if f.Kind == KindUserData && nc.Status == Modified {
+				nc.Reprovision = true
+				nc.Affects = userDataAffects(a[f.Path].Data, b[f.Path].Data)
+			}
+		}
+		if nc.Status == Modified {
+			changedRoots := map[string]bool{}
+			for _, f := range changed[n] {
+				changedRoots[nodeRoot(f.Path)] = true
+			}
+			nc.Restarts, nc.Starts, nc.Stops = restarts(nodesA[n], nodesB[n], changedRoots)
+		} else if nc.Status == Added {
+			for root := range nodesB[n] {
+				if isUnit(root) {
+					nc.Starts = append(nc.Starts, unitName(root))
+				}
+			}
+			slices.Sort(nc.Starts)
+			nc.Starts = slices.Compact(nc.Starts)
+		}
+		r.Nodes = append(r.Nodes, nc)
+	}
+}
+
+// nodeFiles groups files by node, keyed by their path on the node.
+func nodeFiles(fs map[string]targets.File) map[string]map[string][]byte {
+	out := map[string]map[string][]byte{}
+	for p, f := range fs {
+		n := nodeOf(p)
+		if n == "" {
+			continue
+		}
+		if out[n] == nil {
+			out[n] = map[string][]byte{}
+		}
+		out[n][nodeRoot(p)] = f.Data
+	}
+	return out
+}
+
+const unitDir = "/etc/systemd/system/"
+
+func isUnit(root string) bool {
+	return strings.HasPrefix(root, unitDir) && strings.HasSuffix(root, ".service") && !strings.Contains(root[len(unitDir):], "/")
+}
+
+// unitName is the unit a unit file or drop-in belongs to.
+func unitName(root string) string {
+	rest := strings.TrimPrefix(root, unitDir)
+	if d, _, ok := strings.Cut(rest, ".d/"); ok {
+		return d
+	}
+	return rest
+}
+
+// pathRef finds absolute paths in a file: flags, config fields, drop-ins.
+var pathRef = regexp.MustCompile(`/(?:[A-Za-z0-9._@+-]+/)*[A-Za-z0-9._@+-]+`)
+
+// restarts works out which units of a changed node restart: a unit
+// restarts when its own file changed or a file it reads did, directly
+// (a path on its command line) or through another file (a path in its
+// config). A directory the unit itself names with at least three
+// components stands for the files in it (a runtime's drop-in directory).
+func restarts(a, b map[string][]byte, changedRoots map[string]bool) (restart, start, stop []string) {
+	units := map[string]bool{}
+	for _, m := range []map[string][]byte{a, b} {
+		for root := range m {
+			if isUnit(root) {
+				units[unitName(root)] = true
+			}
+		}
+	}
+	all := map[string]bool{}
+	for root := range a {
+		all[root] = true
+	}
+	for root := range b {
+		all[root] = true
+	}
+	for u := range units {
+		file := unitDir + u
+		_, inA := a[file]
+		_, inB := b[file]
+		switch {
+		case !inA:
+			start = append(start, u)
+			continue
+		case !inB:
+			stop = append(stop, u)
+			continue
+		}
+		// The unit's own files: the unit and its drop-ins.
+		seen := map[string]bool{}
+		var queue []string
+		for root := range all {
+			if root == file || strings.HasPrefix(root, unitDir+u+".d/") {
+				seen[root] = true
+				queue = append(queue, root)
+			}
+		}
+		hit := false
+		for len(queue) > 0 && !hit {
+			root := queue[0]
+			queue = queue[1:]
+			if changedRoots[root] {
+				hit = true
+				break
+			}
+			// A directory counts only on the unit's own lines: a runtime
+			// reloads the CNI directory its config names by itself.
+			dirs := root == file || strings.HasPrefix(root, unitDir+u+".d/")
+			for _, m := range []map[string][]byte{a, b} {
+				for _, ref := range pathRef.FindAllString(string(m[root]), -1) {
+					for _, target := range resolve(ref, all, dirs) {
+						if !seen[target] {
+							seen[target] = true
+							queue = append(queue, target)
+						}
+					}
+				}
+			}
+		}
+		if hit {
+			restart = append(restart, u)
+		}
+	}
+	slices.Sort(restart)
+	slices.Sort(start)
+	slices.Sort(stop)
+	return restart, start, stop
+}
+
+// resolve is the node files a referenced path names: the file itself, or
+// the files under a directory deep enough not to be a catch-all.
+func resolve(ref string, all map[string]bool, dirs bool) []string {
+	if all[ref] {
+		return []string{ref}
+	}
+	if !dirs || strings.Count(ref, "/") < 3 {
+		return nil
+	}
+	var out []string
+	for root := range all {
+		if strings.HasPrefix(root, ref+"/") {
+			out = append(out, root)
+		}
+	}
+	return out
+}
+
+// userDataAffects is the units a user-data change touches: the restarts
+// its files would cause on a running node.
+func userDataAffects(old, new []byte) []string {
+	fa, _, errA := decodeUserData(old)
+	fb, _, errB := decodeUserData(new)
+	if errA != nil || errB != nil {
+		return nil
+	}
+	a, b := map[string][]byte{}, map[string][]byte{}
+	changedRoots := map[string]bool{}
+	for p, f := range fa {
+		a[p] = f.Data
+		if g, ok := fb[p]; !ok || !bytes.Equal(f.Data, g.Data) || f.Mode != g.Mode {
+			changedRoots[p] = true
+		}
+	}
+	for p, f := range fb {
+		b[p] = f.Data
+		if _, ok := fa[p]; !ok {
+			changedRoots[p] = true
+		}
+	}
+	restart, start, stop := restarts(a, b, changedRoots)
+	out := append(append(restart, start...), stop...)
+	slices.Sort(out)
+	return out
+}
+
+// userDataFile is a write_files entry.
+type userDataFile struct {
+	Path        string `json:"path"`
+	Permissions string `json:"permissions"`
+	Owner       string `json:"owner"`
+	Encoding    string `json:"encoding"`
+	Content     string `json:"content"`
+}
+
+// decodeUserData splits user-data into the files it writes (decoded)
+// and the rest of the config.
+func decodeUserData(data []byte) (map[string]targets.File, []byte, error) {
+	var doc map[string]any
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return nil, nil, err
+	}
+	var wf struct {
+		WriteFiles []userDataFile `json:"write_files"`
+	}
+	if err := yaml.Unmarshal(data, &wf); err != nil {
+		return nil, nil, err
+	}
+	files := map[string]targets.File{}
+	for _, f := range wf.WriteFiles {
+		content := []byte(f.Content)
+		switch f.Encoding {
+		case "b64", "base64":
+			d, err := base64.StdEncoding.DecodeString(f.Content)
+			if err != nil {
+				return nil, nil, err
+			}
+			content = d
+		case "gz+b64", "gzip+base64", "gz+base64", "gzip+b64":
+			d, err := base64.StdEncoding.DecodeString(f.Content)
+			if err != nil {
+				return nil, nil, err
+			}
+			zr, err := gzip.NewReader(bytes.NewReader(d))
+			if err != nil {
+				return nil, nil, err
+			}
+			if content, err = io.ReadAll(zr); err != nil {
+				return nil, nil, err
+			}
+		}
+		mode, _ := strconv.ParseUint(f.Permissions, 8, 32)
+		files[f.Path] = targets.File{Path: f.Path, Data: content, Mode: fs.FileMode(mode)}
+	}
+	delete(doc, "write_files")
+	rest, err := yaml.Marshal(doc)
+	if err != nil {
+		return nil, nil, err
+	}
+	return files, rest, nil
+}
+
+// userDataLines describes user-data by the files it writes, each in its
+// own kind, and then the rest of its config.
+func userDataLines(old, new []byte) []string {
+	fa, restA, errA := decodeOrEmpty(old)
+	fb, restB, errB := decodeOrEmpty(new)
+	if errA != nil || errB != nil {
+		return []string{"content: " + change(hashOrEmpty(old), hashOrEmpty(new)) + " (not decodable; holds secrets, not shown)"}
+	}
+	var out []string
+	for _, p := range unionKeys(fa, fb) {
+		a, inA := fa[p]
+		b, inB := fb[p]
+		if inA && inB && bytes.Equal(a.Data, b.Data) && a.Mode == b.Mode {
+			continue
+		}
+		status := Modified
+		switch {
+		case !inA:
+			status = Added
+		case !inB:
+			status = Removed
+		}
+		k := fileKind(p, a.Data, a.Mode, b.Data, b.Mode)
+		out = append(out, fmt.Sprintf("writes %s: %s, %s", p, k, status))
+		if inA && inB && a.Mode != b.Mode {
+			out = append(out, fmt.Sprintf("  mode: %04o → %04o", a.Mode, b.Mode))
+		}
+		if bytes.Equal(a.Data, b.Data) {
+			continue
+		}
+		details, unified := view(k, strings.TrimPrefix(p, "/"), a.Data, b.Data, inA, inB)
+		for _, d := range details {
+			out = append(out, "  "+d)
+		}
+		for _, l := range unifiedBody(unified) {
+			out = append(out, "  "+l)
+		}
+	}
+	if !bytes.Equal(restA, restB) {
+		out = append(out, "config (besides write_files):")
+		for _, l := range unifiedBody(Unified("a", "b", restA, restB, 3)) {
+			out = append(out, "  "+l)
+		}
+	}
+	if len(out) == 0 {
+		out = append(out, "content: "+change(hashOrEmpty(old), hashOrEmpty(new))+" (the same files and config, encoded differently)")
+	}
+	return out
+}
+
+func decodeOrEmpty(b []byte) (map[string]targets.File, []byte, error) {
+	if b == nil {
+		return map[string]targets.File{}, nil, nil
+	}
+	return decodeUserData(b)
+}
+
+// unifiedBody is a unified diff without its file headers, for showing
+// inside another file's details (where patch must not see headers).
+func unifiedBody(u string) []string {
+	if u == "" {
+		return nil
+	}
+	lines := strings.Split(strings.TrimSuffix(u, "\n"), "\n")
+	if len(lines) >= 2 && strings.HasPrefix(lines[0], "--- ") && strings.HasPrefix(lines[1], "+++ ") {
+		lines = lines[2:]
+	}
+	return lines
+}

@@ -1,0 +1,171 @@
+package review
+
+import (
+	"bytes"
+	"fmt"
+	"math/rand"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/kcompile/kcompile/targets"
+)
+
+// TestTextDiffAppliesWithGNUPatch is the property the text output
+// promises: for random edits of a tree (files changed, added, removed,
+// new directories, units among them), the whole printed report, summary
+// and semantic lines included, is a patch that GNU patch applies to the
+// base tree to give the new one.
+func TestTextDiffAppliesWithGNUPatch(t *testing.T) {
+	r := rand.New(rand.NewSource(1))
+	for i := 0; i < 60; i++ {
+		base := randomTree(r)
+		head := editTree(r, base)
+		rep := Compare(Side{Label: "base", Tree: base}, Side{Label: "head", Tree: head}, Options{})
+		if rep.Equal() {
+			// patch refuses input without a hunk; nothing to apply.
+			continue
+		}
+		var out bytes.Buffer
+		if err := rep.WriteText(&out, false); err != nil {
+			t.Fatal(err)
+		}
+		dir := t.TempDir()
+		if err := targets.Write(filepath.Join(dir, "t"), base, false); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command("patch", "-p1", "--batch", "--force", "--remove-empty-files", "--no-backup-if-mismatch", "-d", filepath.Join(dir, "t"))
+		cmd.Stdin = bytes.NewReader(out.Bytes())
+		if msg, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("case %d: patch: %v\n%s\nreport:\n%s", i, err, msg, out.String())
+		}
+		got, err := ReadDir(filepath.Join(dir, "t"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		again := Compare(Side{Label: "head", Tree: head}, Side{Label: "patched", Tree: got}, Options{IgnoreModes: true})
+		if !again.Equal() {
+			var d strings.Builder
+			again.WriteText(&d, false)
+			t.Fatalf("case %d: the patched tree differs from the new one:\n%s\nreport:\n%s", i, d.String(), out.String())
+		}
+	}
+}
+
+var words = []string{"alpha", "beta", "--flag=1", "ExecStart=/usr/bin/x", "[Service]", "  indented", "- dash", "+ plus",
+	"@@ not a hunk", "--- not a header", "=== nor this", "", "key: value", "\\ backslash"}
+
+func randomLines(r *rand.Rand) string {
+	var b strings.Builder
+	for n := 1 + r.Intn(12); n > 0; n-- {
+		b.WriteString(words[r.Intn(len(words))])
+		b.WriteString(fmt.Sprint(r.Intn(5)))
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
+func randomPath(r *rand.Rand) string {
+	dirs := []string{"nodes/a/etc/systemd/system", "nodes/b/etc/kubernetes", "nodes/a/var/lib/x", "cluster/addons", "nodes/c/etc"}
+	exts := []string{".service", ".yaml", ".conf", ""}
+	return fmt.Sprintf("%s/f%d%s", dirs[r.Intn(len(dirs))], r.Intn(8), exts[r.Intn(len(exts))])
+}
+
+func randomTree(r *rand.Rand) *targets.Tree {
+	t := targets.NewTree()
+	for n := 3 + r.Intn(8); n > 0; n-- {
+		t.Add(randomPath(r), []byte(randomLines(r)), 0o644)
+	}
+	return t
+}
+
+// editTree changes, removes and adds files, and edits lines inside files.
+func editTree(r *rand.Rand, base *targets.Tree) *targets.Tree {
+	out := targets.NewTree()
+	for _, f := range base.Files() {
+		switch r.Intn(5) {
+		case 0: // removed
+		case 1: // rewritten
+			out.Add(f.Path, []byte(randomLines(r)), f.Mode)
+		case 2: // a line inserted, one deleted
+			lines := strings.SplitAfter(string(f.Data), "\n")
+			i := r.Intn(len(lines))
+			lines = append(lines[:i], append([]string{randomLines(r)}, lines[i:]...)...)
+			if j := r.Intn(len(lines)); lines[j] != "" && len(lines) > 2 {
+				lines = append(lines[:j], lines[j+1:]...)
+			}
+			out.Add(f.Path, []byte(strings.Join(lines, "")), f.Mode)
+		default:
+			out.Add(f.Path, f.Data, f.Mode)
+		}
+	}
+	for n := r.Intn(3); n > 0; n-- {
+		out.Add(randomPath(r)+"-new", []byte(randomLines(r)), 0o644)
+	}
+	return out
+}
+
+// TestRestartsFollowReferences: a unit restarts when a file it names, or
+// a file named by such a file, changes; not when an unrelated file does.
+func TestRestartsFollowReferences(t *testing.T) {
+	unit := "[Service]\nExecStart=/usr/bin/kubelet --config=/var/lib/kubelet/config.yaml\n"
+	build := func(ca string, sysctl string, extra bool) *targets.Tree {
+		tr := targets.NewTree()
+		tr.Add("nodes/n1/etc/systemd/system/kubelet.service", []byte(unit), 0o644)
+		tr.Add("nodes/n1/var/lib/kubelet/config.yaml", []byte("clientCAFile: /etc/kubernetes/pki/ca.crt\n"), 0o644)
+		tr.Add("nodes/n1/etc/kubernetes/pki/ca.crt", []byte(ca), 0o644)
+		tr.Add("nodes/n1/etc/sysctl.d/99.conf", []byte(sysctl), 0o644)
+		if extra {
+			tr.Add("nodes/n1/etc/systemd/system/extra.service", []byte("[Service]\nExecStart=/bin/true\n"), 0o644)
+		}
+		return tr
+	}
+	base := build("ca one\n", "a=1\n", true)
+	for _, c := range []struct {
+		name                   string
+		head                   *targets.Tree
+		restarts, starts, stop string
+	}{
+		{"referenced through the config", build("ca two\n", "a=1\n", true), "kubelet.service", "", ""},
+		{"unrelated file", build("ca one\n", "a=2\n", true), "", "", ""},
+		{"unit removed", build("ca one\n", "a=1\n", false), "", "", "extra.service"},
+	} {
+		rep := Compare(Side{Tree: base}, Side{Tree: c.head}, Options{})
+		if len(rep.Nodes) != 1 {
+			t.Fatalf("%s: nodes %+v", c.name, rep.Nodes)
+		}
+		n := rep.Nodes[0]
+		if strings.Join(n.Restarts, ",") != c.restarts || strings.Join(n.Starts, ",") != c.starts || strings.Join(n.Stops, ",") != c.stop {
+			t.Errorf("%s: restarts %v starts %v stops %v", c.name, n.Restarts, n.Starts, n.Stops)
+		}
+	}
+}
+
+// TestSecretsAreHashed: private files, keys and encryption configs show a
+// hash, never their content, whatever their path.
+func TestSecretsAreHashed(t *testing.T) {
+	secret := "-----BEGIN EC PRIVATE KEY-----\nTOPSECRETBYTES\n-----END EC PRIVATE KEY-----\n"
+	for _, c := range []struct {
+		name string
+		data string
+		mode os.FileMode
+	}{
+		{"a key anywhere", secret, 0o644},
+		{"an encryption config", "kind: EncryptionConfiguration\nsecret: TOPSECRETBYTES\n", 0o644},
+		{"a private file", "token TOPSECRETBYTES\n", 0o600},
+	} {
+		a, b := targets.NewTree(), targets.NewTree()
+		a.Add("nodes/n/etc/x", []byte(c.data), c.mode)
+		b.Add("nodes/n/etc/x", []byte(strings.ReplaceAll(c.data, "TOPSECRET", "OTHERSECRET")), c.mode)
+		rep := Compare(Side{Tree: a}, Side{Tree: b}, Options{})
+		var out bytes.Buffer
+		rep.WriteText(&out, false)
+		rep.WriteMarkdown(&out)
+		rep.WriteJSON(&out)
+		if strings.Contains(out.String(), "SECRETBYTES") || rep.Files[0].Kind != KindSecret {
+			t.Errorf("%s leaked or was not a secret (%s):\n%s", c.name, rep.Files[0].Kind, out.String())
+		}
+	}
+}

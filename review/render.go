@@ -1,0 +1,227 @@
+package review
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+)
+
+// summaryLines are the report's summary, shared by text and markdown.
+func (r *Report) summaryLines() []string {
+	var added, removed, changed []string
+	for _, n := range r.Nodes {
+		switch n.Status {
+		case Added:
+			added = append(added, n.Node)
+		case Removed:
+			removed = append(removed, n.Node)
+		default:
+			changed = append(changed, n.Node)
+		}
+	}
+	list := func(xs []string) string {
+		if len(xs) == 0 {
+			return ""
+		}
+		return " (" + strings.Join(xs, ", ") + ")"
+	}
+	out := []string{fmt.Sprintf("nodes: %d added%s, %d removed%s, %d changed%s",
+		len(added), list(added), len(removed), list(removed), len(changed), list(changed))}
+	if r.Etcd != nil {
+		out = append(out, "etcd: "+r.Etcd.Summary())
+	}
+	out = append(out, fmt.Sprintf("cluster files: %d changed", r.ClusterFiles))
+	return out
+}
+
+// nodeLine summarises one node: files changed and services affected.
+func nodeLine(n NodeChange) string {
+	s := fmt.Sprintf("%s: %s, %d file%s", n.Node, n.Status, n.Files, plural(n.Files))
+	if len(n.Restarts) > 0 {
+		s += "; restarts " + strings.Join(n.Restarts, ", ")
+	}
+	if len(n.Starts) > 0 {
+		s += "; starts " + strings.Join(n.Starts, ", ")
+	}
+	if len(n.Stops) > 0 {
+		s += "; stops " + strings.Join(n.Stops, ", ")
+	}
+	if n.Reprovision {
+		s += "; reprovision (cloud-init applies user-data on first boot only)"
+		if len(n.Affects) > 0 {
+			s += ", affects " + strings.Join(n.Affects, ", ")
+		}
+	}
+	return s
+}
+
+// fileHeader names a changed file and how it is shown. It never starts
+// like a patch header, so that patch skips it.
+func fileHeader(f FileChange) string {
+	return fmt.Sprintf("=== %s: %s, %s", f.Path, f.Kind, f.Status)
+}
+
+// palette colours text output on a terminal.
+type palette struct{ bold, red, green, cyan, reset string }
+
+func colours(on bool) palette {
+	if !on {
+		return palette{}
+	}
+	return palette{bold: "\x1b[1m", red: "\x1b[31m", green: "\x1b[32m", cyan: "\x1b[36m", reset: "\x1b[0m"}
+}
+
+// WriteText prints the report for a terminal or a file. Without colour
+// the whole output is a patch: `patch -p1` in the base tree applies every
+// text file's change and skips the rest.
+func (r *Report) WriteText(w io.Writer, colour bool) error {
+	p := colours(colour)
+	var b strings.Builder
+	fmt.Fprintf(&b, "%skcompile diff %s → %s%s\n", p.bold, r.Base, r.Head, p.reset)
+	if r.Equal() {
+		b.WriteString("no differences\n")
+		_, err := io.WriteString(w, b.String())
+		return err
+	}
+	for i, l := range r.summaryLines() {
+		b.WriteString(l + "\n")
+		if i == 0 {
+			for _, n := range r.Nodes {
+				b.WriteString("  " + nodeLine(n) + "\n")
+			}
+		}
+	}
+	for _, n := range r.Notes {
+		b.WriteString("note: " + n + "\n")
+	}
+	for _, f := range r.Files {
+		fmt.Fprintf(&b, "\n%s%s%s\n", p.bold, fileHeader(f), p.reset)
+		for _, d := range f.Details {
+			b.WriteString("    " + d + "\n")
+		}
+		for _, l := range strings.SplitAfter(f.Unified, "\n") {
+			if l == "" {
+				continue
+			}
+			switch {
+			case colour && (strings.HasPrefix(l, "--- ") || strings.HasPrefix(l, "+++ ")):
+				b.WriteString(p.bold + strings.TrimSuffix(l, "\n") + p.reset + "\n")
+			case colour && strings.HasPrefix(l, "@@"):
+				b.WriteString(p.cyan + strings.TrimSuffix(l, "\n") + p.reset + "\n")
+			case colour && strings.HasPrefix(l, "+"):
+				b.WriteString(p.green + strings.TrimSuffix(l, "\n") + p.reset + "\n")
+			case colour && strings.HasPrefix(l, "-"):
+				b.WriteString(p.red + strings.TrimSuffix(l, "\n") + p.reset + "\n")
+			default:
+				b.WriteString(l)
+			}
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// WriteMarkdown prints the report as a pull-request comment: the summary
+// and a table of nodes, then each node's files in a collapsed section.
+func (r *Report) WriteMarkdown(w io.Writer) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "### kcompile diff `%s` → `%s`\n\n", r.Base, r.Head)
+	if r.Equal() {
+		b.WriteString("No differences.\n")
+		_, err := io.WriteString(w, b.String())
+		return err
+	}
+	for _, l := range r.summaryLines() {
+		b.WriteString("- " + mdEscape(l) + "\n")
+	}
+	for _, n := range r.Notes {
+		b.WriteString("- **note:** " + mdEscape(n) + "\n")
+	}
+	if len(r.Nodes) > 0 {
+		b.WriteString("\n| Node | Change | Files | Restarts | Starts | Stops |\n|---|---|---|---|---|---|\n")
+		for _, n := range r.Nodes {
+			status := string(n.Status)
+			if n.Reprovision {
+				status += ", reprovision"
+				if len(n.Affects) > 0 {
+					status += " (affects " + mdEscape(strings.Join(n.Affects, ", ")) + ")"
+				}
+			}
+			fmt.Fprintf(&b, "| %s | %s | %d | %s | %s | %s |\n", mdEscape(n.Node), status, n.Files,
+				mdList(n.Restarts), mdList(n.Starts), mdList(n.Stops))
+		}
+	}
+	// Files grouped by node, cluster files first.
+	groups := map[string][]FileChange{}
+	var order []string
+	for _, f := range r.Files {
+		key := f.Node
+		if _, ok := groups[key]; !ok {
+			order = append(order, key)
+		}
+		groups[key] = append(groups[key], f)
+	}
+	for _, key := range order {
+		title := "cluster"
+		if key != "" {
+			title = "node " + key
+		}
+		fs := groups[key]
+		fmt.Fprintf(&b, "\n<details><summary>%s: %d file%s</summary>\n\n", mdEscape(title), len(fs), plural(len(fs)))
+		for _, f := range fs {
+			fmt.Fprintf(&b, "**`%s`** %s, %s\n\n", f.Path, f.Kind, f.Status)
+			for _, d := range f.Details {
+				b.WriteString("- " + mdCode(d) + "\n")
+			}
+			if len(f.Details) > 0 {
+				b.WriteString("\n")
+			}
+			if f.Unified != "" {
+				fence := "```"
+				for strings.Contains(f.Unified, fence) {
+					fence += "`"
+				}
+				b.WriteString(fence + "diff\n" + f.Unified + fence + "\n\n")
+			}
+		}
+		b.WriteString("</details>\n")
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// WriteJSON prints the report as data.
+func (r *Report) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(struct {
+		Equal bool `json:"equal"`
+		*Report
+	}{r.Equal(), r})
+}
+
+func mdEscape(s string) string {
+	r := strings.NewReplacer("|", `\|`, "<", "&lt;", ">", "&gt;", "*", `\*`, "_", `\_`, "`", "\\`")
+	return r.Replace(s)
+}
+
+// mdCode shows a detail line as inline code, which needs no escaping but
+// of its own backticks.
+func mdCode(s string) string {
+	fence := "`"
+	for strings.Contains(s, fence) {
+		fence += "`"
+	}
+	if strings.HasPrefix(s, "`") || strings.HasSuffix(s, "`") {
+		return fence + " " + s + " " + fence
+	}
+	return fence + s + fence
+}
+
+func mdList(xs []string) string {
+	if len(xs) == 0 {
+		return ""
+	}
+	return mdEscape(strings.Join(xs, ", "))
+}

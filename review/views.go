@@ -1,0 +1,427 @@
+package review
+
+import (
+	"bytes"
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/rsa"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/pem"
+	"fmt"
+	"io/fs"
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+)
+
+// Kind is how a file is shown in a diff.
+type Kind string
+
+const (
+	// KindText files are shown as a unified diff.
+	KindText Kind = "text"
+	// KindUnit files (systemd units) are shown by directive, and as a
+	// unified diff.
+	KindUnit Kind = "unit"
+	// KindCertificate files are shown by field: subject, issuer, SANs,
+	// validity, algorithm, usages, whether the key changed.
+	KindCertificate Kind = "certificate"
+	// KindKubeconfig files are shown by cluster, user and context, their
+	// credentials as certificate fields and hashes.
+	KindKubeconfig Kind = "kubeconfig"
+	// KindSecret files (private keys, encryption keys, any file readable
+	// by its owner only) are shown as a content hash.
+	KindSecret Kind = "secret"
+	// KindUserData files (cloud-init user-data) are shown as the files
+	// they write, each in its own kind, and the rest of the config.
+	KindUserData Kind = "user-data"
+	// KindBinary files are shown as a content hash.
+	KindBinary Kind = "binary"
+)
+
+// classify says how a file is shown. A file is a secret when either side
+// is: a private key, an encryption configuration, or a file its mode keeps
+// private; kinds that carry secrets themselves (kubeconfigs, user-data)
+// redact them in their own views.
+func classify(path string, data []byte, mode fs.FileMode) Kind {
+	switch {
+	case isUserData(data):
+		return KindUserData
+	case isKubeconfig(data):
+		return KindKubeconfig
+	case bytes.Contains(data, []byte("PRIVATE KEY-----")), bytes.Contains(data, []byte("kind: EncryptionConfiguration")):
+		return KindSecret
+	case bytes.HasPrefix(data, []byte("-----BEGIN CERTIFICATE-----")):
+		return KindCertificate
+	case mode != 0 && mode&0o077 == 0:
+		return KindSecret
+	case !utf8.Valid(data) || bytes.IndexByte(data, 0) >= 0:
+		return KindBinary
+	case strings.HasSuffix(path, ".service") || strings.HasSuffix(path, ".socket") ||
+		strings.HasSuffix(path, ".timer") || strings.HasSuffix(path, ".mount") ||
+		(strings.Contains(path, "/systemd/system/") && strings.HasSuffix(path, ".conf")):
+		return KindUnit
+	}
+	return KindText
+}
+
+func isKubeconfig(data []byte) bool {
+	return bytes.Contains(data, []byte("kind: Config")) && bytes.Contains(data, []byte("clusters:"))
+}
+
+func isUserData(data []byte) bool { return bytes.HasPrefix(data, []byte("#cloud-config\n")) }
+
+// hash names content without revealing it.
+func hash(data []byte) string {
+	sum := sha256.Sum256(data)
+	return "sha256:" + hex.EncodeToString(sum[:6])
+}
+
+// change writes "old → new", or the one side that exists.
+func change(old, new string) string {
+	switch {
+	case old == "":
+		return new
+	case new == "":
+		return old + " → (none)"
+	}
+	return old + " → " + new
+}
+
+// secretLines describes a secret file: its kind of key, never its bytes.
+func secretLines(old, new []byte) []string {
+	desc := func(b []byte) string {
+		if b == nil {
+			return ""
+		}
+		if what := keyKind(b); what != "" {
+			return what + " " + hash(b)
+		}
+		return hash(b)
+	}
+	return []string{"content: " + change(desc(old), desc(new)) + " (secret, not shown)"}
+}
+
+// keyKind names the algorithm of a PEM private key, or "".
+func keyKind(b []byte) string {
+	block, _ := pem.Decode(b)
+	if block == nil || !strings.Contains(block.Type, "PRIVATE KEY") {
+		return ""
+	}
+	var k any
+	var err error
+	switch block.Type {
+	case "RSA PRIVATE KEY":
+		k, err = x509.ParsePKCS1PrivateKey(block.Bytes)
+	case "EC PRIVATE KEY":
+		k, err = x509.ParseECPrivateKey(block.Bytes)
+	default:
+		k, err = x509.ParsePKCS8PrivateKey(block.Bytes)
+	}
+	if err != nil {
+		return "private key"
+	}
+	switch k := k.(type) {
+	case *rsa.PrivateKey:
+		return fmt.Sprintf("RSA-%d private key", k.N.BitLen())
+	case *ecdsa.PrivateKey:
+		return "ECDSA-" + strings.ReplaceAll(k.Curve.Params().Name, "-", "") + " private key"
+	case ed25519.PrivateKey:
+		return "Ed25519 private key"
+	}
+	return "private key"
+}
+
+// parseCert reads the first certificate of a PEM file.
+func parseCert(b []byte) *x509.Certificate {
+	block, _ := pem.Decode(b)
+	if block == nil || block.Type != "CERTIFICATE" {
+		return nil
+	}
+	c, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		return nil
+	}
+	return c
+}
+
+func certAlgorithm(c *x509.Certificate) string {
+	switch k := c.PublicKey.(type) {
+	case *rsa.PublicKey:
+		return fmt.Sprintf("RSA-%d", k.N.BitLen())
+	case *ecdsa.PublicKey:
+		return "ECDSA-" + strings.ReplaceAll(k.Curve.Params().Name, "-", "")
+	case ed25519.PublicKey:
+		return "Ed25519"
+	}
+	return c.PublicKeyAlgorithm.String()
+}
+
+func certSANs(c *x509.Certificate) []string {
+	var out []string
+	for _, d := range c.DNSNames {
+		out = append(out, "DNS:"+d)
+	}
+	for _, ip := range c.IPAddresses {
+		out = append(out, "IP:"+ip.String())
+	}
+	for _, u := range c.URIs {
+		out = append(out, "URI:"+u.String())
+	}
+	return out
+}
+
+func certUsages(c *x509.Certificate) []string {
+	var out []string
+	for _, u := range []struct {
+		bit  x509.KeyUsage
+		name string
+	}{{x509.KeyUsageDigitalSignature, "digitalSignature"}, {x509.KeyUsageKeyEncipherment, "keyEncipherment"},
+		{x509.KeyUsageCertSign, "certSign"}, {x509.KeyUsageCRLSign, "crlSign"}} {
+		if c.KeyUsage&u.bit != 0 {
+			out = append(out, u.name)
+		}
+	}
+	for _, u := range c.ExtKeyUsage {
+		switch u {
+		case x509.ExtKeyUsageServerAuth:
+			out = append(out, "serverAuth")
+		case x509.ExtKeyUsageClientAuth:
+			out = append(out, "clientAuth")
+		default:
+			out = append(out, fmt.Sprintf("extKeyUsage(%d)", u))
+		}
+	}
+	return out
+}
+
+// certLines describes how a certificate changed, field by field; for an
+// added or removed one, what it is.
+func certLines(old, new []byte) []string {
+	a, b := parseCert(old), parseCert(new)
+	switch {
+	case a == nil && b == nil:
+		if old == nil || new == nil {
+			return []string{"content: " + change(hashOrEmpty(old), hashOrEmpty(new)) + " (not a parseable certificate)"}
+		}
+		return []string{"content: " + hash(old) + " → " + hash(new) + " (not a parseable certificate)"}
+	case a == nil || b == nil:
+		c := a
+		if c == nil {
+			c = b
+		}
+		return []string{
+			"subject: " + c.Subject.String(),
+			"issuer: " + c.Issuer.String(),
+			"SANs: " + orNone(strings.Join(certSANs(c), ", ")),
+			"validity: " + validity(c),
+			"algorithm: " + certAlgorithm(c),
+			"usages: " + strings.Join(certUsages(c), ", "),
+		}
+	}
+	var out []string
+	if a.Subject.String() != b.Subject.String() {
+		out = append(out, "subject: "+change(a.Subject.String(), b.Subject.String()))
+	}
+	if a.Issuer.String() != b.Issuer.String() {
+		out = append(out, "issuer: "+change(a.Issuer.String(), b.Issuer.String()))
+	}
+	added, removed := setDiff(certSANs(a), certSANs(b))
+	for _, s := range added {
+		out = append(out, "SAN added: "+s)
+	}
+	for _, s := range removed {
+		out = append(out, "SAN removed: "+s)
+	}
+	if validity(a) != validity(b) {
+		out = append(out, "validity: "+change(validity(a), validity(b)))
+	}
+	if certAlgorithm(a) != certAlgorithm(b) {
+		out = append(out, "algorithm: "+change(certAlgorithm(a), certAlgorithm(b)))
+	}
+	if ua, ub := strings.Join(certUsages(a), ", "), strings.Join(certUsages(b), ", "); ua != ub {
+		out = append(out, "usages: "+change(ua, ub))
+	}
+	if a.IsCA != b.IsCA {
+		out = append(out, fmt.Sprintf("CA: %v → %v", a.IsCA, b.IsCA))
+	}
+	if bytes.Equal(a.RawSubjectPublicKeyInfo, b.RawSubjectPublicKeyInfo) {
+		out = append(out, "key: same key")
+	} else {
+		out = append(out, "key: re-keyed")
+	}
+	if a.SerialNumber.Cmp(b.SerialNumber) != 0 {
+		out = append(out, "serial: "+change(a.SerialNumber.Text(16), b.SerialNumber.Text(16)))
+	}
+	if !bytes.Equal(a.Raw, b.Raw) && len(out) == 1 {
+		// Only the key line: the signature or an extension differs.
+		out = append(out, "content: "+hash(a.Raw)+" → "+hash(b.Raw))
+	}
+	return out
+}
+
+func hashOrEmpty(b []byte) string {
+	if b == nil {
+		return ""
+	}
+	return hash(b)
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "(none)"
+	}
+	return s
+}
+
+func validity(c *x509.Certificate) string {
+	return c.NotBefore.UTC().Format(time.RFC3339) + " to " + c.NotAfter.UTC().Format(time.RFC3339)
+}
+
+// setDiff is what b has that a lacks, and what a has that b lacks.
+func setDiff(a, b []string) (added, removed []string) {
+	for _, x := range b {
+		if !slices.Contains(a, x) {
+			added = append(added, x)
+		}
+	}
+	for _, x := range a {
+		if !slices.Contains(b, x) {
+			removed = append(removed, x)
+		}
+	}
+	return added, removed
+}
+
+// kubeconfigLines describes a kubeconfig by cluster, user and context.
+// Credentials are described as certificates and hashes.
+func kubeconfigLines(old, new []byte) []string {
+	load := func(b []byte) (*clientcmdapi.Config, error) {
+		if b == nil {
+			return clientcmdapi.NewConfig(), nil
+		}
+		return clientcmd.Load(b)
+	}
+	a, errA := load(old)
+	b, errB := load(new)
+	if errA != nil || errB != nil {
+		return []string{"content: " + change(hashOrEmpty(old), hashOrEmpty(new)) + " (not a loadable kubeconfig; secret, not shown)"}
+	}
+	var out []string
+	for _, name := range unionKeys(a.Clusters, b.Clusters) {
+		ca, cb := a.Clusters[name], b.Clusters[name]
+		p := "cluster " + name + ": "
+		switch {
+		case ca == nil:
+			out = append(out, p+"added, server "+cb.Server+", CA "+certRef(cb.CertificateAuthorityData, cb.CertificateAuthority))
+			continue
+		case cb == nil:
+			out = append(out, p+"removed")
+			continue
+		}
+		if ca.Server != cb.Server {
+			out = append(out, p+"server "+change(ca.Server, cb.Server))
+		}
+		if r1, r2 := certRef(ca.CertificateAuthorityData, ca.CertificateAuthority), certRef(cb.CertificateAuthorityData, cb.CertificateAuthority); r1 != r2 {
+			out = append(out, p+"CA "+change(r1, r2))
+		}
+		if ca.TLSServerName != cb.TLSServerName {
+			out = append(out, p+"TLS server name "+change(ca.TLSServerName, cb.TLSServerName))
+		}
+	}
+	for _, name := range unionKeys(a.AuthInfos, b.AuthInfos) {
+		ua, ub := a.AuthInfos[name], b.AuthInfos[name]
+		p := "user " + name + ": "
+		switch {
+		case ua == nil:
+			out = append(out, p+"added, client certificate "+certRef(ub.ClientCertificateData, ub.ClientCertificate))
+			continue
+		case ub == nil:
+			out = append(out, p+"removed")
+			continue
+		}
+		if !bytes.Equal(ua.ClientCertificateData, ub.ClientCertificateData) || ua.ClientCertificate != ub.ClientCertificate {
+			if ua.ClientCertificateData != nil && ub.ClientCertificateData != nil {
+				for _, l := range certLines(ua.ClientCertificateData, ub.ClientCertificateData) {
+					out = append(out, p+"client certificate "+l)
+				}
+			} else {
+				out = append(out, p+"client certificate "+change(certRef(ua.ClientCertificateData, ua.ClientCertificate), certRef(ub.ClientCertificateData, ub.ClientCertificate)))
+			}
+		}
+		if !bytes.Equal(ua.ClientKeyData, ub.ClientKeyData) || ua.ClientKey != ub.ClientKey {
+			out = append(out, p+"client key "+change(secretRef(ua.ClientKeyData, ua.ClientKey), secretRef(ub.ClientKeyData, ub.ClientKey))+" (secret, not shown)")
+		}
+		if ua.Token != ub.Token || ua.TokenFile != ub.TokenFile {
+			out = append(out, p+"token "+change(secretRef([]byte(ua.Token), ua.TokenFile), secretRef([]byte(ub.Token), ub.TokenFile))+" (secret, not shown)")
+		}
+	}
+	for _, name := range unionKeys(a.Contexts, b.Contexts) {
+		ca, cb := a.Contexts[name], b.Contexts[name]
+		desc := func(c *clientcmdapi.Context) string {
+			if c == nil {
+				return ""
+			}
+			s := "cluster " + c.Cluster + ", user " + c.AuthInfo
+			if c.Namespace != "" {
+				s += ", namespace " + c.Namespace
+			}
+			return s
+		}
+		if d1, d2 := desc(ca), desc(cb); d1 != d2 {
+			out = append(out, "context "+name+": "+change(d1, d2))
+		}
+	}
+	if a.CurrentContext != b.CurrentContext {
+		out = append(out, "current context: "+change(a.CurrentContext, b.CurrentContext))
+	}
+	if len(out) == 0 {
+		out = append(out, "content: "+change(hashOrEmpty(old), hashOrEmpty(new))+" (no change by cluster, user or context)")
+	}
+	return out
+}
+
+// certRef names an embedded certificate by subject and fingerprint, or a
+// referenced file by path.
+func certRef(data []byte, file string) string {
+	if file != "" {
+		return file
+	}
+	if c := parseCert(data); c != nil {
+		return fmt.Sprintf("%q %s", c.Subject.String(), hash(c.Raw))
+	}
+	if len(data) == 0 {
+		return "(none)"
+	}
+	return hash(data)
+}
+
+func secretRef(data []byte, file string) string {
+	if file != "" {
+		return file
+	}
+	if len(data) == 0 {
+		return "(none)"
+	}
+	return hash(data)
+}
+
+func unionKeys[V any](a, b map[string]V) []string {
+	var out []string
+	for k := range a {
+		out = append(out, k)
+	}
+	for k := range b {
+		if _, ok := a[k]; !ok {
+			out = append(out, k)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
