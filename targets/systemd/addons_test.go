@@ -1,6 +1,7 @@
 package systemd
 
 import (
+	"bytes"
 	"strings"
 	"testing"
 
@@ -81,5 +82,24 @@ func TestNodeLabelsCarryRestrictedLabels(t *testing.T) {
 	n := objs[0].(*corev1.Node)
 	if _, ok := n.Labels["node-role.kubernetes.io/control-plane"]; !ok || n.Name != "cp1" {
 		t.Errorf("Node %+v", n)
+	}
+	// The rendered manifest keeps the label whose value is "", and
+	// carries no status.
+	data, err := manifest(objs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	decoded, err := decodeManifest(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range decoded {
+		n := o.(*corev1.Node)
+		if v, ok := n.Labels["node-role.kubernetes.io/control-plane"]; !ok || v != "" {
+			t.Errorf("rendered Node %s lost its node-role label: %v", n.Name, n.Labels)
+		}
+	}
+	if bytes.Contains(data, []byte("status:")) {
+		t.Errorf("rendered Nodes carry a status:\n%s", data)
 	}
 }

@@ -1,0 +1,71 @@
+package sim
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/kcompile/kcompile/compiler/ir"
+)
+
+// endpointAddr is where the simulation's load balancer serves the API
+// endpoint.
+func endpointAddr() netip.Addr { return netip.AddrFrom4([4]byte{127, 0, 0, 2}) }
+
+// nodeAddr is the loopback address of the i-th node: 127.1.0.10 onwards,
+// 250 per /24, which leaves room for 64,000 nodes.
+func nodeAddr(i int) netip.Addr {
+	return netip.AddrFrom4([4]byte{127, byte(1 + i/(250*256)), byte(i / 250 % 256), byte(10 + i%250)})
+}
+
+// AddressMap is how the simulation places a cluster on one machine:
+// every node on its own loopback address, the API endpoint on another.
+type AddressMap struct {
+	// Nodes maps a node name to its simulated address.
+	Nodes map[string]netip.Addr
+	// Real maps a node name to its address in the spec.
+	Real     map[string]netip.Addr
+	Endpoint netip.Addr
+}
+
+// Remap returns a copy of the cluster in which every node address, the
+// endpoint and everything derived from them (etcd URLs and initial
+// cluster) are loopback addresses, so that the normal catalogue issues
+// certificates for the addresses the simulation listens on. Second
+// addresses (IPv6) are dropped: loopback has one IPv6 address only.
+func Remap(c *ir.Cluster) (*ir.Cluster, *AddressMap) {
+	out := *c
+	m := &AddressMap{Nodes: map[string]netip.Addr{}, Real: map[string]netip.Addr{}, Endpoint: endpointAddr()}
+	out.Nodes = slices.Clone(c.Nodes)
+	for i := range out.Nodes {
+		n := &out.Nodes[i]
+		m.Real[n.Name] = n.Address()
+		m.Nodes[n.Name] = nodeAddr(i)
+		n.Addresses = []netip.Addr{nodeAddr(i)}
+	}
+	out.Network.NodeNetworks = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
+	out.Network.Gateways, out.Network.Nameservers = nil, nil
+	out.Endpoint = ir.Endpoint{Host: m.Endpoint.String(), Address: m.Endpoint, Port: c.Endpoint.Port,
+		URL: "https://" + net.JoinHostPort(m.Endpoint.String(), strconv.Itoa(c.Endpoint.Port))}
+
+	out.Etcd.Members = slices.Clone(c.Etcd.Members)
+	out.Etcd.ClientURLs = nil
+	var initial []string
+	for i := range out.Etcd.Members {
+		em := &out.Etcd.Members[i]
+		addr, ok := m.Nodes[em.Node]
+		if !ok {
+			panic(fmt.Sprintf("kcompile bug: etcd member %s on unknown node %s", em.Name, em.Node))
+		}
+		em.Address = addr
+		em.PeerURL = "https://" + net.JoinHostPort(addr.String(), "2380")
+		em.ClientURL = "https://" + net.JoinHostPort(addr.String(), "2379")
+		initial = append(initial, em.Name+"="+em.PeerURL)
+		out.Etcd.ClientURLs = append(out.Etcd.ClientURLs, em.ClientURL)
+	}
+	out.Etcd.InitialCluster = strings.Join(initial, ",")
+	return &out, m
+}

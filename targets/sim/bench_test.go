@@ -1,0 +1,63 @@
+package sim
+
+import (
+	"context"
+	"runtime"
+	"runtime/metrics"
+	"testing"
+	"time"
+)
+
+// BenchmarkSimBootLarge boots examples/large (5,000 workers) and reports
+// the time until every node is Ready and the process's peak heap and
+// total memory. Goal: under 60 s and 4 GiB on a 2-core machine.
+func BenchmarkSimBootLarge(b *testing.B) {
+	c, bundle := compile(b, "large")
+	for b.Loop() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		start := time.Now()
+		s, err := Start(ctx, c, bundle, Options{WorkDir: b.TempDir()})
+		if err != nil {
+			b.Fatal(err)
+		}
+		peak := peakMemory(ctx)
+		if err := s.WaitReady(ctx, 8*time.Minute); err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(time.Since(start).Seconds(), "ready-s/op")
+		b.ReportMetric(float64(peak())/(1<<30), "peak-GiB")
+		s.Stop()
+		cancel()
+	}
+}
+
+// peakMemory samples the memory the Go runtime holds from the OS until
+// ctx ends or the returned function is called, and returns the peak.
+func peakMemory(ctx context.Context) func() uint64 {
+	var peak uint64
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	sample := []metrics.Sample{{Name: "/memory/classes/total:bytes"}}
+	go func() {
+		defer close(done)
+		t := time.NewTicker(250 * time.Millisecond)
+		defer t.Stop()
+		for {
+			metrics.Read(sample)
+			peak = max(peak, sample[0].Value.Uint64())
+			select {
+			case <-stop:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return func() uint64 {
+		close(stop)
+		<-done
+		runtime.GC()
+		return peak
+	}
+}

@@ -1,0 +1,87 @@
+package sim
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/kcompile/kcompile/targets"
+)
+
+// execArgs reads the arguments of a unit's ExecStart from a node's tree.
+func execArgs(tree *targets.Tree, node, unit string) ([]string, error) {
+	f, ok := tree.Get(targets.NodePath(node, "etc/systemd/system/"+unit))
+	if !ok {
+		return nil, fmt.Errorf("kcompile bug: node %s has no %s", node, unit)
+	}
+	var line strings.Builder
+	in := false
+	for _, l := range strings.Split(string(f.Data), "\n") {
+		if strings.HasPrefix(l, "ExecStart=") {
+			in = true
+			l = strings.TrimPrefix(l, "ExecStart=")
+		}
+		if !in {
+			continue
+		}
+		cont := strings.HasSuffix(l, "\\")
+		line.WriteString(strings.TrimSuffix(l, "\\"))
+		line.WriteByte(' ')
+		if !cont {
+			break
+		}
+	}
+	words := strings.Fields(line.String())
+	if len(words) == 0 {
+		return nil, fmt.Errorf("kcompile bug: %s of node %s has no ExecStart", unit, node)
+	}
+	return words[1:], nil
+}
+
+// rooted rewrites the absolute paths of a node's files in s to where the
+// simulation wrote them: root is the node's directory in the workdir (an
+// absolute path without a trailing slash).
+func rooted(s, root string) string {
+	for _, p := range []string{"/etc/kubernetes/", "/var/lib/kubelet/", "/var/lib/kube-proxy/", "/var/lib/etcd", "/var/log/kubernetes/"} {
+		s = strings.ReplaceAll(s, p, root+p)
+	}
+	return s
+}
+
+// flagMap reads "--name=value" arguments into a map.
+func flagMap(args []string) map[string]string {
+	out := map[string]string{}
+	for _, a := range args {
+		name, value, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		out[name] = value
+	}
+	return out
+}
+
+// withFlags replaces (or adds) flags; an empty value removes the flag.
+func withFlags(args []string, set map[string]string) []string {
+	var out []string
+	done := map[string]bool{}
+	for _, a := range args {
+		name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if v, ok := set[name]; ok {
+			if v != "" && !done[name] {
+				out = append(out, "--"+name+"="+v)
+			}
+			done[name] = true
+			continue
+		}
+		out = append(out, a)
+	}
+	names := make([]string, 0, len(set))
+	for name := range set {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		if v := set[name]; !done[name] && v != "" {
+			out = append(out, "--"+name+"="+v)
+		}
+	}
+	return out
+}

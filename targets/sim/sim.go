@@ -1,0 +1,586 @@
+// Package sim runs a compiled cluster in one process: real embedded etcd
+// members with their compiled certificates, real kube-apiservers,
+// controller-managers and schedulers with their compiled flags, a TCP
+// load balancer on the API endpoint, and simulated kubelets that use each
+// node's own credentials. Every node gets a loopback address of its own
+// (Remap), and the normal catalogue issues the PKI for those addresses.
+//
+// The Kubernetes control plane is imported from k8s.io/kubernetes here
+// and nowhere else.
+package sim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/server/v3/embed"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	corev1listers "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/util/workqueue"
+
+	"github.com/kcompile/kcompile/compiler/ir"
+	"github.com/kcompile/kcompile/compiler/pki"
+	"github.com/kcompile/kcompile/targets"
+	"github.com/kcompile/kcompile/targets/systemd"
+)
+
+// Options configure a simulation.
+type Options struct {
+	// WorkDir receives the node trees and etcd data (under tree/) and
+	// admin.kubeconfig. It must not hold a previous simulation.
+	WorkDir string
+	// Progress receives one line per phase.
+	Progress io.Writer
+}
+
+// Sim is a running simulated cluster.
+type Sim struct {
+	opts    Options
+	cluster *ir.Cluster
+	addrs   *AddressMap
+	tree    *targets.Tree
+	treeDir string
+
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu         sync.Mutex
+	etcd       map[string]*embed.Etcd
+	components map[string]*component
+	lb         *balancer
+	kubelets   map[string]*kubelet
+	admin      *rest.Config
+	adminCS    kubernetes.Interface
+	wg         sync.WaitGroup
+}
+
+// component is one running control-plane process of a node.
+type component struct {
+	cancel context.CancelFunc
+	errc   <-chan error
+}
+
+// AdminKubeconfig is the path of the kubeconfig the simulation writes for
+// kubectl, relative to the workdir.
+const AdminKubeconfig = "admin.kubeconfig"
+
+// Start boots the cluster: etcd quorum, API servers, the load balancer,
+// addons, controller-managers and schedulers, then every kubelet.
+func Start(ctx context.Context, c *ir.Cluster, b *pki.Bundle, opts Options) (*Sim, error) {
+	// A controller-manager that stops would otherwise exit the process.
+	// The gate is process-wide in Kubernetes; the simulation owns the
+	// process.
+	if err := utilfeature.DefaultMutableFeatureGate.Set("ControllerManagerReleaseLeaderElectionLockOnExit=true"); err != nil {
+		return nil, err
+	}
+	if opts.Progress == nil {
+		opts.Progress = io.Discard
+	}
+	mapped, addrs := Remap(c)
+	m, err := pki.Issue(mapped, b)
+	if err != nil {
+		return nil, err
+	}
+	tree, err := systemd.Target{}.Build(m)
+	if err != nil {
+		return nil, err
+	}
+	work, err := filepath.Abs(opts.WorkDir)
+	if err != nil {
+		return nil, err
+	}
+	treeDir := filepath.Join(work, "tree")
+	if _, err := os.Stat(treeDir); err == nil {
+		return nil, fmt.Errorf("workdir %s holds a previous simulation; give an empty one", work)
+	}
+	if err := targets.Write(treeDir, tree, false); err != nil {
+		return nil, err
+	}
+	admin, ok := tree.Get(targets.ClusterPath("admin.conf"))
+	if !ok {
+		return nil, errors.New("kcompile bug: no cluster/admin.conf")
+	}
+	if err := os.WriteFile(filepath.Join(work, AdminKubeconfig), admin.Data, 0o600); err != nil {
+		return nil, err
+	}
+	s := &Sim{opts: opts, cluster: mapped, addrs: addrs, tree: tree, treeDir: treeDir,
+		etcd: map[string]*embed.Etcd{}, components: map[string]*component{}, kubelets: map[string]*kubelet{}}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	if err := s.boot(ctx); err != nil {
+		s.Stop()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Sim) progress(format string, args ...any) {
+	fmt.Fprintf(s.opts.Progress, format+"\n", args...)
+}
+
+// root is a node's directory in the workdir.
+func (s *Sim) root(node string) string { return filepath.Join(s.treeDir, "nodes", node) }
+
+func (s *Sim) boot(ctx context.Context) error {
+	start := time.Now()
+	for _, mem := range s.cluster.Etcd.Members {
+		if err := s.StartEtcd(mem.Name); err != nil {
+			return err
+		}
+	}
+	for _, mem := range s.cluster.Etcd.Members {
+		if err := waitEtcd(s.etcd[mem.Name], time.Minute); err != nil {
+			return err
+		}
+	}
+	s.progress("etcd: quorum of %d members (%s)", len(s.cluster.Etcd.Members), time.Since(start).Round(time.Millisecond))
+
+	var backends []string
+	for _, n := range s.cluster.Nodes {
+		if n.Role == ir.RoleControlPlane {
+			backends = append(backends, net.JoinHostPort(s.addrs.Nodes[n.Name].String(), strconv.Itoa(s.cluster.Kubernetes.APIServerPort)))
+			if err := s.startComponent(n.Name, ir.ComponentAPIServer); err != nil {
+				return err
+			}
+		}
+	}
+	super, ok := s.tree.Get(targets.ClusterPath("super-admin.conf"))
+	if !ok {
+		return errors.New("kcompile bug: no cluster/super-admin.conf")
+	}
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(super.Data)
+	if err != nil {
+		return err
+	}
+	cfg.QPS, cfg.Burst = 500, 1000
+	s.admin = cfg
+	if s.adminCS, err = kubernetes.NewForConfig(cfg); err != nil {
+		return err
+	}
+	tlsCfg, err := rest.TLSConfigFor(cfg)
+	if err != nil {
+		return err
+	}
+	s.lb, err = newBalancer(net.JoinHostPort(s.addrs.Endpoint.String(), strconv.Itoa(s.cluster.Endpoint.Port)), backends, tlsCfg)
+	if err != nil {
+		return fmt.Errorf("load balancer on the API endpoint: %w", err)
+	}
+	s.wg.Add(1)
+	go func() { defer s.wg.Done(); s.lb.run(s.ctx) }()
+	if err := s.waitFor(ctx, 2*time.Minute, func() bool { return s.lb.Healthy() == len(backends) }); err != nil {
+		return fmt.Errorf("API servers not ready: %d of %d answer /readyz", s.lb.Healthy(), len(backends))
+	}
+	s.progress("API servers ready: %d behind %s (%s)", len(backends), s.cluster.Endpoint.URL, time.Since(start).Round(time.Millisecond))
+
+	if err := s.keepKubernetesEndpoints(ctx); err != nil {
+		return err
+	}
+	if err := s.applyAddons(ctx, false); err != nil {
+		return err
+	}
+	for _, n := range s.cluster.Nodes {
+		if n.Role == ir.RoleControlPlane {
+			for _, comp := range []ir.Component{ir.ComponentControllerManager, ir.ComponentScheduler} {
+				if err := s.startComponent(n.Name, comp); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	if err := s.startKubelets(ctx); err != nil {
+		return err
+	}
+	if err := s.applyAddons(ctx, true); err != nil {
+		return err
+	}
+	s.startProvisioner()
+	return nil
+}
+
+// waitFor polls cond until it holds, ctx ends or timeout passes.
+func (s *Sim) waitFor(ctx context.Context, timeout time.Duration, cond func() bool) error {
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return errors.New("timed out")
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+// StartEtcd starts (or restarts) an etcd member from its compiled flags.
+func (s *Sim) StartEtcd(member string) error {
+	i := slices.IndexFunc(s.cluster.Etcd.Members, func(m ir.EtcdMember) bool { return m.Name == member })
+	if i < 0 {
+		return fmt.Errorf("no etcd member %s", member)
+	}
+	node := s.cluster.Etcd.Members[i].Node
+	args, err := execArgs(s.tree, node, "etcd.service")
+	if err != nil {
+		return err
+	}
+	flags := flagMap(args)
+	for k, v := range flags {
+		flags[k] = rooted(v, s.root(node))
+	}
+	if _, err := os.Stat(flags["data-dir"]); err == nil {
+		// A restart rejoins with its data.
+		flags["initial-cluster-state"] = "existing"
+	}
+	cfg, err := etcdConfig(flags)
+	if err != nil {
+		return err
+	}
+	e, err := startEtcd(cfg)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.etcd[member] = e
+	s.mu.Unlock()
+	return nil
+}
+
+// StopEtcd stops an etcd member.
+func (s *Sim) StopEtcd(member string) error {
+	s.mu.Lock()
+	e, ok := s.etcd[member]
+	delete(s.etcd, member)
+	s.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("etcd member %s is not running", member)
+	}
+	// A member that lost its quorum can take long to stop; it is
+	// abandoned (and its listeners closed) after a while.
+	done := make(chan struct{})
+	go func() { e.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		return fmt.Errorf("etcd member %s did not stop within 10s", member)
+	}
+	return nil
+}
+
+// componentArgs are a component's compiled flags with the node's paths
+// moved into the workdir, and what one process needs of its own:
+// listeners on the node's address, no endpoint reconciler on loopback.
+func (s *Sim) componentArgs(node string, comp ir.Component) ([]string, error) {
+	args, err := execArgs(s.tree, node, string(comp)+".service")
+	if err != nil {
+		return nil, err
+	}
+	root := s.root(node)
+	for i := range args {
+		args[i] = rooted(args[i], root)
+	}
+	addr := s.addrs.Nodes[node].String()
+	switch comp {
+	case ir.ComponentAPIServer:
+		flags := flagMap(args)
+		var servers []string
+		for _, u := range strings.Split(flags["etcd-servers"], ",") {
+			servers = append(servers, strings.Replace(u, "https://127.0.0.1:", "https://"+addr+":", 1))
+		}
+		args = withFlags(args, map[string]string{"bind-address": addr, "advertise-address": addr,
+			"endpoint-reconciler-type": "none", "etcd-servers": strings.Join(servers, ",")})
+	case ir.ComponentControllerManager:
+		args = withFlags(args, map[string]string{"bind-address": addr, "secure-port": "0"})
+	case ir.ComponentScheduler:
+		flags := flagMap(args)
+		if cfgPath := flags["config"]; cfgPath != "" {
+			data, err := os.ReadFile(cfgPath)
+			if err != nil {
+				return nil, err
+			}
+			simCfg := filepath.Join(filepath.Dir(cfgPath), "sim-"+filepath.Base(cfgPath))
+			if err := os.WriteFile(simCfg, []byte(rooted(string(data), root)), 0o600); err != nil {
+				return nil, err
+			}
+			args = withFlags(args, map[string]string{"config": simCfg})
+		}
+		args = withFlags(args, map[string]string{"bind-address": addr, "secure-port": "0"})
+	}
+	return args, nil
+}
+
+// startComponent starts one control-plane component of a node.
+func (s *Sim) startComponent(node string, comp ir.Component) error {
+	args, err := s.componentArgs(node, comp)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(s.ctx)
+	var errc <-chan error
+	switch comp {
+	case ir.ComponentAPIServer:
+		errc, err = startAPIServer(ctx, args)
+	case ir.ComponentControllerManager:
+		errc, err = startControllerManager(ctx, args)
+	case ir.ComponentScheduler:
+		errc, err = startScheduler(ctx, node, args)
+	default:
+		err = fmt.Errorf("kcompile bug: %s is not simulated as a process", comp)
+	}
+	if err != nil {
+		cancel()
+		return fmt.Errorf("%s on %s: %w", comp, node, err)
+	}
+	// A component that ends by itself is reported: the cluster is then
+	// not what the spec describes.
+	done := make(chan error, 1)
+	go func() {
+		err := <-errc
+		if ctx.Err() == nil {
+			s.progress("%s on %s exited: %v", comp, node, err)
+		}
+		done <- err
+	}()
+	s.mu.Lock()
+	s.components[node+"/"+string(comp)] = &component{cancel: cancel, errc: done}
+	s.mu.Unlock()
+	return nil
+}
+
+// stopComponent stops one control-plane component and waits for it.
+func (s *Sim) stopComponent(node string, comp ir.Component) {
+	s.mu.Lock()
+	c, ok := s.components[node+"/"+string(comp)]
+	delete(s.components, node+"/"+string(comp))
+	s.mu.Unlock()
+	if !ok {
+		return
+	}
+	c.cancel()
+	// Some controllers of a controller-manager take long to wind down;
+	// they are left behind after a while, as systemd would kill them.
+	select {
+	case <-c.errc:
+	case <-time.After(10 * time.Second):
+	}
+}
+
+// keepKubernetesEndpoints points the default/kubernetes Service at the
+// API servers: their endpoint reconciler is off, as it refuses loopback
+// addresses. Endpoints may not hold loopback addresses either, so they
+// list the API servers' addresses in the spec, as production would.
+func (s *Sim) keepKubernetesEndpoints(ctx context.Context) error {
+	var addrs []corev1.EndpointAddress
+	for _, n := range s.cluster.Nodes {
+		if n.Role == ir.RoleControlPlane {
+			addrs = append(addrs, corev1.EndpointAddress{IP: s.addrs.Real[n.Name].String()})
+		}
+	}
+	ports := []corev1.EndpointPort{{Name: "https", Port: int32(s.cluster.Kubernetes.APIServerPort), Protocol: corev1.ProtocolTCP}}
+	//lint:ignore SA1019 v1 Endpoints is what the API server's own reconciler writes for this Service; the controller-manager mirrors it into an EndpointSlice.
+	subsets := []corev1.EndpointSubset{{Addresses: addrs, Ports: ports}}
+	//lint:ignore SA1019 as above.
+	ep := &corev1.Endpoints{ObjectMeta: metav1.ObjectMeta{Name: "kubernetes", Namespace: metav1.NamespaceDefault}, Subsets: subsets}
+	var last error
+	err := s.waitFor(ctx, time.Minute, func() bool {
+		eps := s.adminCS.CoreV1().Endpoints(metav1.NamespaceDefault)
+		cur, err := eps.Get(ctx, "kubernetes", metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			_, err = eps.Create(ctx, ep, metav1.CreateOptions{})
+		case err == nil:
+			cur.Subsets = ep.Subsets
+			_, err = eps.Update(ctx, cur, metav1.UpdateOptions{})
+		}
+		last = err
+		return err == nil
+	})
+	if err != nil {
+		return fmt.Errorf("endpoints of the kubernetes Service: %w (%v)", err, last)
+	}
+	return nil
+}
+
+// startKubelets registers every pod-running node with its own
+// credentials, then runs its heartbeat and the pods bound to it.
+func (s *Sim) startKubelets(ctx context.Context) error {
+	var nodes []ir.Node
+	for _, n := range s.cluster.Nodes {
+		if n.RunsPods() {
+			nodes = append(nodes, n)
+		}
+	}
+	start := time.Now()
+	var mu sync.Mutex
+	var firstErr error
+	registered := 0
+	work := make(chan ir.Node)
+	var wg sync.WaitGroup
+	for w := 0; w < 64; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for n := range work {
+				k, err := s.newKubelet(n)
+				if err == nil {
+					err = s.waitFor(ctx, time.Minute, func() bool { return k.register(ctx) == nil })
+					if err != nil {
+						err = fmt.Errorf("node %s did not register: %w", n.Name, k.register(ctx))
+					}
+				}
+				mu.Lock()
+				if err != nil && firstErr == nil {
+					firstErr = err
+				}
+				if err == nil {
+					registered++
+					s.mu.Lock()
+					s.kubelets[n.Name] = k
+					s.mu.Unlock()
+					s.runKubelet(k)
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	for _, n := range nodes {
+		work <- n
+	}
+	close(work)
+	wg.Wait()
+	if firstErr != nil {
+		return firstErr
+	}
+	s.progress("nodes registered: %d/%d (%s)", registered, len(nodes), time.Since(start).Round(time.Millisecond))
+	s.startPodDispatch()
+	return nil
+}
+
+// newKubelet prepares a node's agent from its compiled kubelet unit and
+// kubeconfig.
+func (s *Sim) newKubelet(n ir.Node) (*kubelet, error) {
+	args, err := execArgs(s.tree, n.Name, "kubelet.service")
+	if err != nil {
+		return nil, err
+	}
+	labels, taints, err := parseKubeletFlags(flagMap(args))
+	if err != nil {
+		return nil, fmt.Errorf("node %s: %w", n.Name, err)
+	}
+	kc, ok := s.tree.Get(targets.NodePath(n.Name, "etc/kubernetes/kubelet.conf"))
+	if !ok {
+		return nil, fmt.Errorf("kcompile bug: node %s has no kubelet.conf", n.Name)
+	}
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(kc.Data)
+	if err != nil {
+		return nil, err
+	}
+	cfg.QPS, cfg.Burst = 20, 40
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &kubelet{name: n.Name, addr: s.addrs.Nodes[n.Name], version: n.KubeletVersion, labels: labels, taints: taints,
+		cpu: n.Capacity.CPU, memory: n.Capacity.Memory, maxPods: n.Capacity.MaxPods, client: cs,
+		running: map[types.UID]bool{}}, nil
+}
+
+// runKubelet starts a registered kubelet's heartbeat.
+func (s *Sim) runKubelet(k *kubelet) { k.start(s.ctx) }
+
+// startPodDispatch watches pods and nodes once for the whole fleet and
+// hands each pod to the kubelet of its node, which acts on it with its
+// own credentials.
+func (s *Sim) startPodDispatch() {
+	factory := informers.NewSharedInformerFactory(s.adminCS, 0)
+	queue := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]())
+	pods := factory.Core().V1().Pods()
+	pods.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { enqueue(queue, obj) },
+		UpdateFunc: func(_, obj any) { enqueue(queue, obj) },
+	})
+	factory.Core().V1().Nodes().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { s.nodeChanged(obj) },
+		UpdateFunc: func(_, obj any) { s.nodeChanged(obj) },
+	})
+	factory.Start(s.ctx.Done())
+	factory.WaitForCacheSync(s.ctx.Done())
+	for w := 0; w < 16; w++ {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			for {
+				key, quit := queue.Get()
+				if quit {
+					return
+				}
+				ok := s.syncPod(pods.Lister(), key)
+				if ok {
+					queue.Forget(key)
+				} else {
+					queue.AddRateLimited(key)
+				}
+				queue.Done(key)
+			}
+		}()
+	}
+	go func() { <-s.ctx.Done(); queue.ShutDown() }()
+}
+
+func enqueue(q workqueue.TypedRateLimitingInterface[string], obj any) {
+	if key, err := cache.MetaNamespaceKeyFunc(obj); err == nil {
+		q.Add(key)
+	}
+}
+
+func (s *Sim) nodeChanged(obj any) {
+	n, ok := obj.(*corev1.Node)
+	if !ok || n.Spec.PodCIDR == "" {
+		return
+	}
+	s.mu.Lock()
+	k := s.kubelets[n.Name]
+	s.mu.Unlock()
+	if k != nil {
+		k.setPodCIDR(n.Spec.PodCIDR)
+	}
+}
+
+// syncPod hands a pod to its node's kubelet; false asks for a retry.
+func (s *Sim) syncPod(lister corev1listers.PodLister, key string) bool {
+	ns, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		return true
+	}
+	pod, err := lister.Pods(ns).Get(name)
+	if err != nil || pod.Spec.NodeName == "" {
+		return true
+	}
+	s.mu.Lock()
+	k := s.kubelets[pod.Spec.NodeName]
+	s.mu.Unlock()
+	if k == nil || k.stopped() {
+		// A stopped node does nothing; the pod waits for the node
+		// lifecycle controller.
+		return true
+	}
+	return k.runPod(s.ctx, pod)
+}

@@ -1,0 +1,214 @@
+package sim
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
+
+	"github.com/kcompile/kcompile/compiler"
+	"github.com/kcompile/kcompile/compiler/ir"
+	"github.com/kcompile/kcompile/compiler/pki"
+)
+
+func compile(t testing.TB, example string) (*ir.Cluster, *pki.Bundle) {
+	t.Helper()
+	c, diags := compiler.Compile(compiler.Source{Dir: "../../examples/" + example})
+	if c == nil {
+		t.Fatalf("%s: %v", example, diags)
+	}
+	data, err := os.ReadFile("../../testdata/test-secrets.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := pki.Parse(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, b
+}
+
+func TestRemap(t *testing.T) {
+	c, _ := compile(t, "ha-stacked")
+	m, addrs := Remap(c)
+	seen := map[netip.Addr]bool{}
+	for _, n := range m.Nodes {
+		a := n.Address()
+		if !a.IsLoopback() || seen[a] || a == addrs.Endpoint || addrs.Nodes[n.Name] != a {
+			t.Errorf("node %s at %s", n.Name, a)
+		}
+		seen[a] = true
+	}
+	if !m.Endpoint.Address.IsLoopback() || m.Endpoint.URL != "https://127.0.0.2:6443" {
+		t.Errorf("endpoint %+v", m.Endpoint)
+	}
+	for _, em := range m.Etcd.Members {
+		if em.Address != addrs.Nodes[em.Node] || !strings.Contains(m.Etcd.InitialCluster, em.Name+"=https://"+em.Address.String()+":2380") {
+			t.Errorf("etcd member %+v in %s", em, m.Etcd.InitialCluster)
+		}
+	}
+	if c.Nodes[0].Address().IsLoopback() {
+		t.Error("Remap changed the cluster it was given")
+	}
+}
+
+// TestSimHAStacked boots examples/ha-stacked: three etcd members, three
+// API servers behind the load balancer, every node Ready; a Deployment of
+// 20 replicas runs on the workers with addresses from their pod ranges;
+// a node's credentials cannot touch another node. Then the scenarios of
+// testdata play against the same cluster (one boot for all: the machine
+// has two cores), and Stop leaves no listener.
+func TestSimHAStacked(t *testing.T) {
+	c, b := compile(t, "ha-stacked")
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	work := t.TempDir()
+	var progress strings.Builder
+	s, err := Start(ctx, c, b, Options{WorkDir: work, Progress: &progress})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, progress.String())
+	}
+	stopped := false
+	defer func() {
+		if !stopped {
+			s.Stop()
+		}
+	}()
+	if err := s.WaitReady(ctx, 3*time.Minute); err != nil {
+		t.Fatalf("%v\n%s", err, progress.String())
+	}
+	t.Log(progress.String())
+
+	// kubectl's way in: the written admin kubeconfig, through the endpoint.
+	cfg, err := clientcmd.BuildConfigFromFlags("", work+"/"+AdminKubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs := kubernetes.NewForConfigOrDie(cfg)
+	nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(nodes.Items) != 9 {
+		t.Fatalf("%d nodes", len(nodes.Items))
+	}
+	podCIDR := map[string]netip.Prefix{}
+	for _, n := range nodes.Items {
+		podCIDR[n.Name], _ = netip.ParsePrefix(n.Spec.PodCIDR)
+		if _, cp := n.Labels["node-role.kubernetes.io/control-plane"]; cp != strings.HasPrefix(n.Name, "cp") {
+			t.Errorf("node %s labels %v", n.Name, n.Labels)
+		}
+	}
+
+	labels := map[string]string{"app": "web"}
+	d := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default"},
+		Spec: appsv1.DeploymentSpec{Replicas: ptr.To(int32(20)), Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "web", Image: "registry.k8s.io/pause:3.10"}}}}},
+	}
+	if _, err := cs.AppsV1().Deployments("default").Create(ctx, d, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var pods *corev1.PodList
+	if err := s.waitFor(ctx, 2*time.Minute, func() bool {
+		pods, err = cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
+		if err != nil || len(pods.Items) != 20 {
+			return false
+		}
+		for _, p := range pods.Items {
+			if p.Status.Phase != corev1.PodRunning {
+				return false
+			}
+		}
+		return true
+	}); err != nil {
+		t.Fatalf("20 replicas did not run: %v", err)
+	}
+	// The ranges the controller-manager allocated, by now.
+	if nodes, err = cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes.Items {
+		podCIDR[n.Name], _ = netip.ParsePrefix(n.Spec.PodCIDR)
+	}
+	for _, p := range pods.Items {
+		ip, _ := netip.ParseAddr(p.Status.PodIP)
+		if strings.HasPrefix(p.Spec.NodeName, "cp") || !podCIDR[p.Spec.NodeName].Contains(ip) {
+			t.Errorf("pod %s on %s at %s (node range %s)", p.Name, p.Spec.NodeName, ip, podCIDR[p.Spec.NodeName])
+		}
+	}
+
+	// The Node authorizer and NodeRestriction keep w01 to itself.
+	w01, err := s.NodeConfig("w01")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n1 := kubernetes.NewForConfigOrDie(w01)
+	_, err = n1.CoreV1().Nodes().Patch(ctx, "w02", types.MergePatchType, []byte(`{"metadata":{"labels":{"evil":"yes"}}}`), metav1.PatchOptions{})
+	if !apierrors.IsForbidden(err) {
+		t.Errorf("w01 patching w02: %v, want forbidden", err)
+	}
+	if _, err := n1.CoreV1().Nodes().Patch(ctx, "w01", types.MergePatchType, []byte(`{"metadata":{"labels":{"mine":"yes"}}}`), metav1.PatchOptions{}); err != nil {
+		t.Errorf("w01 patching itself: %v", err)
+	}
+
+	runScenarios(t, ctx, s)
+
+	s.Stop()
+	stopped = true
+	if conn, err := net.DialTimeout("tcp", "127.0.0.2:6443", time.Second); err == nil {
+		conn.Close()
+		t.Error("the endpoint still listens after Stop")
+	}
+}
+
+func TestParseScenarioErrors(t *testing.T) {
+	_, err := ParseScenario("bad.cue", []byte("name: \"x\"\nsteps: [{stop: {disk: \"cp1\"}}]\n"))
+	if err == nil || !strings.Contains(err.Error(), "bad.cue:2:") {
+		t.Errorf("error %v, want one at bad.cue:2", err)
+	}
+}
+
+// runScenarios plays the scenarios of testdata in order; each leaves the
+// cluster whole again. A scenario with a wrong expectation fails, naming
+// its step.
+func runScenarios(t *testing.T, ctx context.Context, s *Sim) {
+	for _, name := range []string{"etcd-quorum", "control-plane", "worker"} {
+		src, err := os.ReadFile("testdata/" + name + ".cue")
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc, err := ParseScenario(name+".cue", src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var report strings.Builder
+		ok, err := s.Run(ctx, sc, &report)
+		if err != nil || !ok {
+			t.Errorf("scenario %s: %v\n%s", name, err, report.String())
+		} else {
+			t.Logf("scenario %s:\n%s", name, report.String())
+		}
+	}
+	sc, err := ParseScenario("wrong.cue", []byte(`name: "wrong", steps: [{expect: write: "fails"}]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var report strings.Builder
+	if ok, _ := s.Run(ctx, sc, &report); ok || !strings.Contains(report.String(), "FAIL step 1: expect writes to fail") {
+		t.Errorf("a wrong expectation passed:\n%s", report.String())
+	}
+}
