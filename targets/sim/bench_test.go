@@ -16,7 +16,7 @@ func BenchmarkSimBootLarge(b *testing.B) {
 	for b.Loop() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 		start := time.Now()
-		s, err := Start(ctx, c, bundle, Options{WorkDir: b.TempDir()})
+		s, err := Start(ctx, c, bundle, Options{WorkDir: b.TempDir(), Progress: logWriter{b}})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -60,4 +60,12 @@ func peakMemory(ctx context.Context) func() uint64 {
 		runtime.GC()
 		return peak
 	}
+}
+
+// logWriter passes progress lines to the benchmark's log.
+type logWriter struct{ b *testing.B }
+
+func (w logWriter) Write(p []byte) (int, error) {
+	w.b.Logf("%s %s", time.Now().Format(time.TimeOnly), p)
+	return len(p), nil
 }

@@ -41,8 +41,10 @@ type kubelet struct {
 	nextIP  netip.Addr
 	// running are the pods reported Running, by UID.
 	running map[types.UID]bool
-	cancel  context.CancelFunc
-	done    chan struct{}
+	// reporting is set while a Ready report is on its way.
+	reporting bool
+	cancel    context.CancelFunc
+	done      chan struct{}
 }
 
 // leaseSeconds and renewEvery are the kubelet's defaults.
@@ -209,6 +211,28 @@ func (k *kubelet) stop() {
 		cancel()
 		<-done
 	}
+}
+
+// reportReady sets the Node's conditions back to Ready, once at a time.
+func (k *kubelet) reportReady(ctx context.Context) {
+	k.mu.Lock()
+	if k.reporting {
+		k.mu.Unlock()
+		return
+	}
+	k.reporting = true
+	k.mu.Unlock()
+	defer func() {
+		k.mu.Lock()
+		k.reporting = false
+		k.mu.Unlock()
+	}()
+	n, err := k.client.CoreV1().Nodes().Get(ctx, k.name, metav1.GetOptions{})
+	if err != nil {
+		return
+	}
+	n.Status.Conditions = readyConditions(metav1.Now())
+	_, _ = k.client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
 }
 
 // setPodCIDR records the range the controller-manager allocated.

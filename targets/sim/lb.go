@@ -125,6 +125,19 @@ func (b *balancer) pick() (string, error) {
 	return "", errors.New("no healthy API server")
 }
 
+// DialContext connects to an API server the balancer would pick. The
+// simulated kubelets dial through it: the same choice of healthy
+// backend, without a socket pair through the listener per kubelet (5,000
+// kubelets would otherwise need 20,000 descriptors).
+func (b *balancer) DialContext(ctx context.Context, network, _ string) (net.Conn, error) {
+	be, err := b.pick()
+	if err != nil {
+		return nil, err
+	}
+	var d net.Dialer
+	return d.DialContext(ctx, network, be)
+}
+
 func (b *balancer) track(c net.Conn, on bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -21,6 +21,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
@@ -95,6 +96,9 @@ func Start(ctx context.Context, c *ir.Cluster, b *pki.Bundle, opts Options) (*Si
 	if opts.Progress == nil {
 		opts.Progress = io.Discard
 	}
+	if err := raiseFileLimit(len(c.Nodes)); err != nil {
+		return nil, err
+	}
 	mapped, addrs := Remap(c)
 	m, err := pki.Issue(mapped, b)
 	if err != nil {
@@ -134,6 +138,34 @@ func Start(ctx context.Context, c *ir.Cluster, b *pki.Bundle, opts Options) (*Si
 
 func (s *Sim) progress(format string, args ...any) {
 	fmt.Fprintf(s.opts.Progress, format+"\n", args...)
+}
+
+// raiseFileLimit makes room for the connections of a whole cluster in
+// one process: each kubelet's connection is two descriptors (its end and
+// the API server's), plus the control plane's. The limit is
+// process-wide; the simulation owns the process.
+func raiseFileLimit(nodes int) error {
+	need := uint64(nodes*2 + 4096)
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return err
+	}
+	if lim.Cur >= need {
+		return nil
+	}
+	want := lim
+	want.Cur = need
+	if want.Max < need {
+		want.Max = need
+	}
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &want); err != nil {
+		if lim.Max < need {
+			return fmt.Errorf("%d nodes need %d open files; the limit is %d (raise it with ulimit -n as root)", nodes, need, lim.Max)
+		}
+		lim.Cur = lim.Max
+		return syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim)
+	}
+	return nil
 }
 
 // root is a node's directory in the workdir.
@@ -494,6 +526,7 @@ func (s *Sim) newKubelet(n ir.Node) (*kubelet, error) {
 		return nil, err
 	}
 	cfg.QPS, cfg.Burst = 20, 40
+	cfg.Dial = s.lb.DialContext
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, err
@@ -553,14 +586,29 @@ func enqueue(q workqueue.TypedRateLimitingInterface[string], obj any) {
 
 func (s *Sim) nodeChanged(obj any) {
 	n, ok := obj.(*corev1.Node)
-	if !ok || n.Spec.PodCIDR == "" {
+	if !ok {
 		return
 	}
 	s.mu.Lock()
 	k := s.kubelets[n.Name]
 	s.mu.Unlock()
-	if k != nil {
+	if k == nil {
+		return
+	}
+	if n.Spec.PodCIDR != "" {
 		k.setPodCIDR(n.Spec.PodCIDR)
+	}
+	// The node lifecycle controller marks a node whose Lease went stale
+	// Unknown; a running kubelet reports Ready again, as a real one does
+	// on its next status update.
+	ready := false
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+			ready = true
+		}
+	}
+	if !ready && !k.stopped() {
+		go k.reportReady(s.ctx)
 	}
 }
 
