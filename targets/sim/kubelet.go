@@ -43,8 +43,10 @@ type kubelet struct {
 	running map[types.UID]bool
 	// reporting is set while a Ready report is on its way.
 	reporting bool
-	cancel    context.CancelFunc
-	done      chan struct{}
+	// lease is the Lease as last written.
+	lease  *coordinationv1.Lease
+	cancel context.CancelFunc
+	done   chan struct{}
 }
 
 // leaseSeconds and renewEvery are the kubelet's defaults.
@@ -134,21 +136,46 @@ func (k *kubelet) register(ctx context.Context) error {
 func (k *kubelet) renewLease(ctx context.Context) error {
 	leases := k.client.CoordinationV1().Leases(corev1.NamespaceNodeLease)
 	now := metav1.NewMicroTime(time.Now())
+	// Like the kubelet, renew the Lease it last wrote, with one request;
+	// read it only when that fails.
+	k.mu.Lock()
+	l := k.lease
+	k.mu.Unlock()
+	if l != nil {
+		l = l.DeepCopy()
+		l.Spec.RenewTime = &now
+		if updated, err := leases.Update(ctx, l, metav1.UpdateOptions{}); err == nil {
+			k.setLease(updated)
+			return nil
+		}
+	}
 	l, err := leases.Get(ctx, k.name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		_, err = leases.Create(ctx, &coordinationv1.Lease{
+		l, err = leases.Create(ctx, &coordinationv1.Lease{
 			ObjectMeta: metav1.ObjectMeta{Name: k.name, Namespace: corev1.NamespaceNodeLease},
 			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(k.name), LeaseDurationSeconds: ptr.To(int32(leaseSeconds)),
 				RenewTime: &now},
 		}, metav1.CreateOptions{})
+		if err == nil {
+			k.setLease(l)
+		}
 		return err
 	}
 	if err != nil {
 		return err
 	}
 	l.Spec.RenewTime = &now
-	_, err = leases.Update(ctx, l, metav1.UpdateOptions{})
+	updated, err := leases.Update(ctx, l, metav1.UpdateOptions{})
+	if err == nil {
+		k.setLease(updated)
+	}
 	return err
+}
+
+func (k *kubelet) setLease(l *coordinationv1.Lease) {
+	k.mu.Lock()
+	k.lease = l
+	k.mu.Unlock()
 }
 
 // heartbeat renews the Lease until ctx ends, and reports Ready again

@@ -22,9 +22,12 @@ type balancer struct {
 
 	mu      sync.Mutex
 	healthy map[string]bool
-	next    int
-	conns   map[net.Conn]bool
-	wg      sync.WaitGroup
+	// fails counts consecutive failed checks per backend: as HAProxy's
+	// "fall 3", a busy server is not dropped for one slow answer.
+	fails map[string]int
+	next  int
+	conns map[net.Conn]bool
+	wg    sync.WaitGroup
 }
 
 // newBalancer listens on addr; check is a client with credentials that
@@ -34,8 +37,8 @@ func newBalancer(addr string, backends []string, tlsConfig *tls.Config) (*balanc
 	if err != nil {
 		return nil, err
 	}
-	return &balancer{ln: ln, backends: backends, healthy: map[string]bool{}, conns: map[net.Conn]bool{},
-		check: &http.Client{Timeout: time.Second, Transport: &http.Transport{TLSClientConfig: tlsConfig, DisableKeepAlives: true}}}, nil
+	return &balancer{ln: ln, backends: backends, healthy: map[string]bool{}, fails: map[string]int{}, conns: map[net.Conn]bool{},
+		check: &http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsConfig, DisableKeepAlives: true}}}, nil
 }
 
 // run serves until ctx ends, then closes every connection.
@@ -85,14 +88,29 @@ func (b *balancer) probe() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ok := false
-			if resp, err := b.check.Get("https://" + be + "/readyz"); err == nil {
+			ok, down := false, false
+			resp, err := b.check.Get("https://" + be + "/readyz")
+			if err == nil {
 				io.Copy(io.Discard, resp.Body)
 				resp.Body.Close()
 				ok = resp.StatusCode == http.StatusOK
+			} else {
+				// A refused connection is a server gone, not a slow one.
+				var op *net.OpError
+				down = errors.As(err, &op) && op.Op == "dial"
 			}
 			b.mu.Lock()
-			b.healthy[be] = ok
+			switch {
+			case ok:
+				b.fails[be] = 0
+				b.healthy[be] = true
+			case down:
+				b.healthy[be] = false
+			default:
+				if b.fails[be]++; b.fails[be] >= 3 {
+					b.healthy[be] = false
+				}
+			}
 			b.mu.Unlock()
 		}()
 	}
@@ -112,12 +130,13 @@ func (b *balancer) Healthy() int {
 	return n
 }
 
-func (b *balancer) pick() (string, error) {
+// pickExcept picks the next healthy backend not in tried.
+func (b *balancer) pickExcept(tried map[string]bool) (string, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for i := range b.backends {
 		be := b.backends[(b.next+i)%len(b.backends)]
-		if b.healthy[be] {
+		if b.healthy[be] && !tried[be] {
 			b.next = (b.next + i + 1) % len(b.backends)
 			return be, nil
 		}
@@ -130,12 +149,25 @@ func (b *balancer) pick() (string, error) {
 // backend, without a socket pair through the listener per kubelet (5,000
 // kubelets would otherwise need 20,000 descriptors).
 func (b *balancer) DialContext(ctx context.Context, network, _ string) (net.Conn, error) {
-	be, err := b.pick()
-	if err != nil {
-		return nil, err
+	return b.dial(ctx, network)
+}
+
+// dial connects to a healthy backend, trying the next one when a
+// connection is refused (HAProxy's "option redispatch").
+func (b *balancer) dial(ctx context.Context, network string) (net.Conn, error) {
+	tried := map[string]bool{}
+	for {
+		be, err := b.pickExcept(tried)
+		if err != nil {
+			return nil, err
+		}
+		d := net.Dialer{Timeout: 2 * time.Second}
+		c, err := d.DialContext(ctx, network, be)
+		if err == nil {
+			return c, nil
+		}
+		tried[be] = true
 	}
-	var d net.Dialer
-	return d.DialContext(ctx, network, be)
 }
 
 func (b *balancer) track(c net.Conn, on bool) {
@@ -154,11 +186,7 @@ func (b *balancer) serve(c net.Conn) {
 		c.Close()
 		b.track(c, false)
 	}()
-	be, err := b.pick()
-	if err != nil {
-		return
-	}
-	up, err := net.DialTimeout("tcp", be, 2*time.Second)
+	up, err := b.dial(context.Background(), "tcp")
 	if err != nil {
 		return
 	}
