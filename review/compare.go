@@ -208,25 +208,21 @@ func files(t *targets.Tree) map[string]targets.File {
 
 // nodeOf is the node a tree path belongs to: the component after
 // "nodes/", under an optional target directory.
-func nodeOf(p string) string {
-	parts := strings.Split(p, "/")
-	for i := 0; i+2 < len(parts) && i < 2; i++ {
-		if parts[i] == "nodes" {
-			return parts[i+1]
-		}
-	}
-	return ""
-}
+func nodeOf(p string) string { n, _ := splitNode(p); return n }
 
 // nodeRoot is the part of a path inside its node's root file system.
-func nodeRoot(p string) string {
+func nodeRoot(p string) string { _, r := splitNode(p); return r }
+
+// splitNode splits a tree path into its node and the absolute path on the
+// node; both are "" for cluster files.
+func splitNode(p string) (node, root string) {
 	parts := strings.Split(p, "/")
 	for i := 0; i+2 < len(parts) && i < 2; i++ {
 		if parts[i] == "nodes" {
-			return "/" + strings.Join(parts[i+2:], "/")
+			return parts[i+1], "/" + strings.Join(parts[i+2:], "/")
 		}
 	}
-	return ""
+	return "", ""
 }
 
 // summarise fills in the per-node summary.

@@ -57,12 +57,6 @@ func (s *Sim) applyAddons(ctx context.Context, nodes bool) error {
 	return nil
 }
 
-// applyDocs creates the objects of a multi-document YAML manifest.
-func (s *Sim) applyDocs(ctx context.Context, name string, data []byte) error {
-	_, err := s.apply(ctx, name, data)
-	return err
-}
-
 // apply creates every object of a manifest with the break-glass
 // credentials (existing ones are left alone); Node objects only get
 // their labels merged, as the kubelets own them.

@@ -168,7 +168,7 @@ func (s *Sim) step(ctx context.Context, cs kubernetes.Interface, st Step) Result
 	switch {
 	case st.Apply != "":
 		what := "apply manifests"
-		if err := s.applyDocs(ctx, "scenario", []byte(st.Apply)); err != nil {
+		if _, err := s.apply(ctx, "scenario", []byte(st.Apply)); err != nil {
 			return fail(what, err)
 		}
 		return Result{What: what, Passed: true}
