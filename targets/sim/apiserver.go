@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/spf13/pflag"
+	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/apiserver/pkg/util/compatibility"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	basecompatibility "k8s.io/component-base/compatibility"
@@ -17,7 +18,7 @@ import (
 // kube-apiserver's own test server builds one: a component registry of
 // its own (the command's set-up can run once per process only), flags
 // parsed into a fresh flag set.
-func startAPIServer(ctx context.Context, args []string) (<-chan error, error) {
+func startAPIServer(ctx context.Context, node string, args []string) (<-chan error, error) {
 	featureGate := utilfeature.DefaultMutableFeatureGate.DeepCopy()
 	effectiveVersion := compatibility.DefaultBuildEffectiveVersion()
 	registry := basecompatibility.NewComponentGlobalsRegistry()
@@ -43,6 +44,12 @@ func startAPIServer(ctx context.Context, args []string) (<-chan error, error) {
 	if errs := completed.Validate(); len(errs) != 0 {
 		return nil, fmt.Errorf("kube-apiserver options: %v", errs)
 	}
+	// An API server's identity (its Lease in kube-system) is a hash of
+	// its host name. In one process every server would take the same
+	// one and they would fight over it; each gets its node's name, as on
+	// its own machine. The hook is process-wide, and servers are built
+	// one at a time.
+	genericapiserver.SetHostnameFuncForTests(node)
 	config, err := app.NewConfig(completed)
 	if err != nil {
 		return nil, fmt.Errorf("kube-apiserver config: %w", err)

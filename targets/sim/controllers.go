@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/util/compatibility"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	basecompatibility "k8s.io/component-base/compatibility"
@@ -66,7 +67,16 @@ func startControllerManager(ctx context.Context, args []string) (<-chan error, e
 	// and gives up when the name is taken: make room before each start,
 	// and wait for the registration so the next start finds it.
 	configz.Delete(kcmapp.ConfigzName)
-	go func() { errc <- kcmapp.Run(ctx, config.Complete()) }()
+	go func() {
+		err := kcmapp.Run(ctx, config.Complete())
+		// The leader reserves the process-wide informer name
+		// "kube-controller-manager" and never releases it: a real
+		// controller-manager exits with its leadership. Release it, so
+		// that the next leader in this process can start its
+		// controllers. Only controller-managers reserve names here.
+		cache.ResetInformerNamesForTesting()
+		errc <- err
+	}()
 	for range 500 {
 		if _, err := configz.New(kcmapp.ConfigzName); err != nil {
 			break

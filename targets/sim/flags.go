@@ -3,7 +3,9 @@ package sim
 import (
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/kcompile/kcompile/targets"
 )
@@ -84,4 +86,32 @@ func withFlags(args []string, set map[string]string) []string {
 		}
 	}
 	return out
+}
+
+// restartPolicy reads a unit's Restart= and RestartSec= (seconds, as
+// the compiled units write them): whether systemd starts the program
+// again when it exits by itself, and after how long.
+func restartPolicy(tree *targets.Tree, node, unit string) (bool, time.Duration) {
+	f, ok := tree.Get(targets.NodePath(node, "etc/systemd/system/"+unit))
+	if !ok {
+		return false, 0
+	}
+	restart, delay := false, 100*time.Millisecond // systemd's default RestartSec
+	for _, l := range strings.Split(string(f.Data), "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(l), "=")
+		if !ok {
+			continue
+		}
+		switch k {
+		case "Restart":
+			restart = v == "always" || v == "on-failure" || v == "on-abnormal" || v == "on-abort"
+		case "RestartSec":
+			if d, err := time.ParseDuration(v); err == nil {
+				delay = d
+			} else if n, err := strconv.ParseFloat(v, 64); err == nil {
+				delay = time.Duration(n * float64(time.Second))
+			}
+		}
+	}
+	return restart, delay
 }

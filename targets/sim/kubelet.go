@@ -15,7 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
+	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/utils/ptr"
 )
 
@@ -34,7 +35,10 @@ type kubelet struct {
 	cpu     int
 	memory  string
 	maxPods int
-	client  kubernetes.Interface
+	// core and coordination are the only API groups a kubelet writes;
+	// a whole clientset per node would hold some fifty REST clients.
+	core         corev1client.CoreV1Interface
+	coordination coordinationv1client.CoordinationV1Interface
 
 	mu      sync.Mutex
 	podCIDR netip.Prefix
@@ -43,17 +47,34 @@ type kubelet struct {
 	running map[types.UID]bool
 	// reporting is set while a Ready report is on its way.
 	reporting bool
-	// lease is the Lease as last written.
-	lease  *coordinationv1.Lease
-	cancel context.CancelFunc
-	done   chan struct{}
+	// lease is the Lease as last written; renewEvery is how often.
+	lease      *coordinationv1.Lease
+	renewEvery time.Duration
+	cancel     context.CancelFunc
+	done       chan struct{}
 }
 
-// leaseSeconds and renewEvery are the kubelet's defaults.
+// leaseSeconds is the kubelet's default Lease duration; it renews the
+// Lease every quarter of it.
 const (
 	leaseSeconds = 40
-	renewEvery   = 10 * time.Second
+	kubeletRenew = leaseSeconds * time.Second / 4
 )
+
+// renewInterval is how often the simulated kubelets of a fleet renew
+// their Leases. It is the kubelet's interval while the fleet's renewals
+// fit the budget one process with the whole control plane sustains; a
+// larger fleet renews less often, but always well within the grace
+// period after which the node lifecycle controller marks a node
+// NotReady. Measured on a 2-core machine: three to five real API
+// servers over a five-member etcd sustain about 230 writes/s, so 5,000
+// kubelets at the real 10 s (500/s) would never leave room for anything
+// else and the nodes would go NotReady in turn.
+func renewInterval(nodes int, grace time.Duration) time.Duration {
+	const budget = 150 // renewals per second
+	d := time.Duration(nodes) * time.Second / budget
+	return min(max(d, kubeletRenew), grace*3/5)
+}
 
 // parseKubeletFlags reads the labels and taints a kubelet registers with.
 func parseKubeletFlags(flags map[string]string) (map[string]string, []corev1.Taint, error) {
@@ -115,29 +136,33 @@ func readyConditions(now metav1.Time) []corev1.NodeCondition {
 	}
 }
 
-// register creates (or takes over) the Node and reports it Ready.
+// register creates the Node Ready, or takes over the one a previous run
+// of the node left and reports it Ready, then takes the node's Lease.
+// A new Node carries its status in the create (the API keeps a Node's
+// status on create), one request where the kubelet spends two: 5,000
+// nodes register in one burst.
 func (k *kubelet) register(ctx context.Context) error {
 	n := k.node()
-	created, err := k.client.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{})
+	n.Status.Conditions = readyConditions(metav1.Now())
+	_, err := k.core.Nodes().Create(ctx, n, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
-		created, err = k.client.CoreV1().Nodes().Get(ctx, k.name, metav1.GetOptions{})
+		var old *corev1.Node
+		if old, err = k.core.Nodes().Get(ctx, k.name, metav1.GetOptions{}); err == nil {
+			old.Status = n.Status
+			_, err = k.core.Nodes().UpdateStatus(ctx, old, metav1.UpdateOptions{})
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("node %s: register: %w", k.name, err)
-	}
-	created.Status = n.Status
-	created.Status.Conditions = readyConditions(metav1.Now())
-	if _, err := k.client.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
-		return fmt.Errorf("node %s: status: %w", k.name, err)
 	}
 	return k.renewLease(ctx)
 }
 
 func (k *kubelet) renewLease(ctx context.Context) error {
-	leases := k.client.CoordinationV1().Leases(corev1.NamespaceNodeLease)
+	leases := k.coordination.Leases(corev1.NamespaceNodeLease)
 	now := metav1.NewMicroTime(time.Now())
 	// Like the kubelet, renew the Lease it last wrote, with one request;
-	// read it only when that fails.
+	// read it only when that fails. A node without one creates it.
 	k.mu.Lock()
 	l := k.lease
 	k.mu.Unlock()
@@ -148,19 +173,21 @@ func (k *kubelet) renewLease(ctx context.Context) error {
 			k.setLease(updated)
 			return nil
 		}
-	}
-	l, err := leases.Get(ctx, k.name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		l, err = leases.Create(ctx, &coordinationv1.Lease{
+	} else {
+		created, err := leases.Create(ctx, &coordinationv1.Lease{
 			ObjectMeta: metav1.ObjectMeta{Name: k.name, Namespace: corev1.NamespaceNodeLease},
 			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(k.name), LeaseDurationSeconds: ptr.To(int32(leaseSeconds)),
 				RenewTime: &now},
 		}, metav1.CreateOptions{})
 		if err == nil {
-			k.setLease(l)
+			k.setLease(created)
+			return nil
 		}
-		return err
+		if !apierrors.IsAlreadyExists(err) {
+			return err
+		}
 	}
+	l, err := leases.Get(ctx, k.name, metav1.GetOptions{})
 	if err != nil {
 		return err
 	}
@@ -183,14 +210,15 @@ func (k *kubelet) setLease(l *coordinationv1.Lease) {
 // restarted node).
 func (k *kubelet) heartbeat(ctx context.Context, done chan struct{}) {
 	defer close(done)
-	// Spread the renewals of thousands of nodes over the period.
-	jitter := time.Duration(rand.Int64N(int64(renewEvery)))
+	// register has just written the Lease. Renew a period later, with
+	// a little jitter so that nodes registered together drift apart.
+	jitter := time.Duration(rand.Int64N(int64(k.renewEvery / 10)))
 	select {
 	case <-ctx.Done():
 		return
-	case <-time.After(jitter):
+	case <-time.After(k.renewEvery + jitter):
 	}
-	t := time.NewTicker(renewEvery)
+	t := time.NewTicker(k.renewEvery)
 	defer t.Stop()
 	for {
 		_ = k.renewLease(ctx)
@@ -254,12 +282,12 @@ func (k *kubelet) reportReady(ctx context.Context) {
 		k.reporting = false
 		k.mu.Unlock()
 	}()
-	n, err := k.client.CoreV1().Nodes().Get(ctx, k.name, metav1.GetOptions{})
+	n, err := k.core.Nodes().Get(ctx, k.name, metav1.GetOptions{})
 	if err != nil {
 		return
 	}
 	n.Status.Conditions = readyConditions(metav1.Now())
-	_, _ = k.client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+	_, _ = k.core.Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
 }
 
 // setPodCIDR records the range the controller-manager allocated.
@@ -294,7 +322,7 @@ func (k *kubelet) podIP() (netip.Addr, bool) {
 // one. It returns false when it must be retried (no pod range yet).
 func (k *kubelet) runPod(ctx context.Context, pod *corev1.Pod) bool {
 	if pod.DeletionTimestamp != nil {
-		err := k.client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
+		err := k.core.Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
 			GracePeriodSeconds: ptr.To(int64(0)), Preconditions: &metav1.Preconditions{UID: &pod.UID}})
 		k.mu.Lock()
 		delete(k.running, pod.UID)
@@ -332,7 +360,7 @@ func (k *kubelet) runPod(ctx context.Context, pod *corev1.Pod) bool {
 			Name: c.Name, Image: c.Image, ImageID: "sim://" + c.Image, ContainerID: "sim://" + string(pod.UID) + "/" + c.Name,
 			Ready: true, Started: ptr.To(true), State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}}})
 	}
-	if _, err := k.client.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
+	if _, err := k.core.Pods(pod.Namespace).UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
 		return apierrors.IsNotFound(err)
 	}
 	k.mu.Lock()

@@ -14,11 +14,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/tools/cache"
@@ -94,16 +94,19 @@ func (s *Sim) apply(ctx context.Context, name string, data []byte) (int, error) 
 			}
 			ri = r.Namespace(ns)
 		}
-		if gvk.Kind == "Node" {
-			patch := []byte(fmt.Sprintf(`{"metadata":{"labels":%s}}`, mustJSON(u.GetLabels())))
-			_, err = ri.Patch(ctx, u.GetName(), types.MergePatchType, patch, metav1.PatchOptions{})
-		} else {
-			_, err = ri.Create(ctx, u, metav1.CreateOptions{})
-			if apierrors.IsAlreadyExists(err) {
-				err = nil
+		write := func() error {
+			if gvk.Kind == "Node" {
+				patch := []byte(fmt.Sprintf(`{"metadata":{"labels":%s}}`, mustJSON(u.GetLabels())))
+				_, err := ri.Patch(ctx, u.GetName(), types.MergePatchType, patch, metav1.PatchOptions{})
+				return err
 			}
+			_, err := ri.Create(ctx, u, metav1.CreateOptions{})
+			if apierrors.IsAlreadyExists(err) {
+				return nil
+			}
+			return err
 		}
-		if err != nil {
+		if err := retryBusy(ctx, write); err != nil {
 			return n, fmt.Errorf("%s: %s %s: %w", name, gvk.Kind, u.GetName(), err)
 		}
 		n++
@@ -129,7 +132,7 @@ func (s *Sim) startProvisioner() {
 	if len(classes) == 0 {
 		return
 	}
-	factory := informers.NewSharedInformerFactory(s.adminCS, 0)
+	factory := s.informers
 	factory.Core().V1().PersistentVolumeClaims().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { s.provision(obj, classes) },
 		UpdateFunc: func(_, obj any) { s.provision(obj, classes) },
@@ -177,7 +180,7 @@ type Status struct {
 }
 
 // Status counts the pod-running nodes, the registered ones and the Ready
-// ones, as the API server sees them.
+// ones, as the simulation's watch of the API sees them.
 func (s *Sim) Status(ctx context.Context) (Status, error) {
 	var st Status
 	for _, n := range s.cluster.Nodes {
@@ -185,12 +188,12 @@ func (s *Sim) Status(ctx context.Context) (Status, error) {
 			st.Nodes++
 		}
 	}
-	list, err := s.adminCS.CoreV1().Nodes().List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+	list, err := s.nodes.List(labels.Everything())
 	if err != nil {
 		return st, err
 	}
-	st.Registered = len(list.Items)
-	for _, n := range list.Items {
+	st.Registered = len(list)
+	for _, n := range list {
 		for _, c := range n.Status.Conditions {
 			if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
 				st.Ready++
@@ -200,15 +203,26 @@ func (s *Sim) Status(ctx context.Context) (Status, error) {
 	return st, nil
 }
 
-// WaitReady waits until every pod-running node is Ready.
+// WaitReady waits until every pod-running node is Ready, reporting
+// progress every few seconds.
 func (s *Sim) WaitReady(ctx context.Context, timeout time.Duration) error {
 	start := time.Now()
+	var mu sync.Mutex
 	var st Status
-	err := s.waitFor(ctx, timeout, func() bool {
-		var err error
-		st, err = s.Status(ctx)
-		return err == nil && st.Ready == st.Nodes
+	stopReport := s.every(progressEvery, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		s.progress("nodes Ready: %d/%d (%s)", st.Ready, st.Nodes, time.Since(start).Round(time.Second))
 	})
+	defer stopReport()
+	err := s.waitFor(ctx, timeout, func() bool {
+		now, err := s.Status(ctx)
+		mu.Lock()
+		st = now
+		mu.Unlock()
+		return err == nil && now.Ready == now.Nodes
+	})
+	stopReport()
 	if err != nil {
 		return fmt.Errorf("%d of %d nodes Ready: %w", st.Ready, st.Nodes, err)
 	}
@@ -355,4 +369,25 @@ func (s *Sim) NodeConfig(node string) (*rest.Config, error) {
 		return nil, fmt.Errorf("node %s has no kubelet credentials", node)
 	}
 	return clientcmd.RESTConfigFromKubeConfig(kc.Data)
+}
+
+// retryBusy runs write until it succeeds, fails for a reason other than
+// a busy control plane, or a minute passes. An overloaded API server
+// answers with timeouts (etcd's "request timed out" among them) and
+// 429s; kubectl would be retried by its user, the simulation retries.
+func retryBusy(ctx context.Context, write func() error) error {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		err := write()
+		busy := apierrors.IsInternalError(err) || apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err) ||
+			apierrors.IsTooManyRequests(err) || apierrors.IsServiceUnavailable(err)
+		if !busy || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(time.Second):
+		}
+	}
 }

@@ -21,6 +21,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -32,6 +33,8 @@ import (
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	corev1listers "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
@@ -71,6 +74,12 @@ type Sim struct {
 	kubelets   map[string]*kubelet
 	admin      *rest.Config
 	adminCS    kubernetes.Interface
+	// informers watch the cluster once for the whole simulation; nodes
+	// is their Node cache.
+	informers informers.SharedInformerFactory
+	nodes     corev1listers.NodeLister
+	// renewEvery is how often the kubelets renew their Leases.
+	renewEvery time.Duration
 	wg         sync.WaitGroup
 }
 
@@ -116,7 +125,7 @@ func Start(ctx context.Context, c *ir.Cluster, b *pki.Bundle, opts Options) (*Si
 	if _, err := os.Stat(treeDir); err == nil {
 		return nil, fmt.Errorf("workdir %s holds a previous simulation; give an empty one", work)
 	}
-	if err := targets.Write(treeDir, tree, false); err != nil {
+	if err := targets.Write(treeDir, processTree(mapped, tree), false); err != nil {
 		return nil, err
 	}
 	admin, ok := tree.Get(targets.ClusterPath("admin.conf"))
@@ -168,6 +177,32 @@ func raiseFileLimit(nodes int) error {
 	return nil
 }
 
+// processTree is the part of the compiled tree that real processes read
+// from disk: the cluster files and the nodes running etcd or the control
+// plane. Simulated kubelets take their flags and credentials from the
+// tree in memory; writing 5,000 workers' files would cost more than
+// booting the cluster.
+func processTree(c *ir.Cluster, tree *targets.Tree) *targets.Tree {
+	keep := map[string]bool{}
+	for _, n := range c.Nodes {
+		if n.Runs(ir.ComponentEtcd) || n.Runs(ir.ComponentAPIServer) {
+			keep[n.Name] = true
+		}
+	}
+	out := targets.NewTree()
+	for _, f := range tree.Files() {
+		if rest, ok := strings.CutPrefix(f.Path, "nodes/"); ok {
+			node, _, _ := strings.Cut(rest, "/")
+			if !keep[node] {
+				continue
+			}
+		}
+		// The paths and modes come from a valid tree: Add cannot fail.
+		_ = out.Add(f.Path, f.Data, f.Mode)
+	}
+	return out
+}
+
 // root is a node's directory in the workdir.
 func (s *Sim) root(node string) string { return filepath.Join(s.treeDir, "nodes", node) }
 
@@ -204,7 +239,9 @@ func (s *Sim) boot(ctx context.Context) error {
 	}
 	cfg.QPS, cfg.Burst = 500, 1000
 	s.admin = cfg
-	if s.adminCS, err = kubernetes.NewForConfig(cfg); err != nil {
+	// Built-in types travel as protobuf, as between the real components;
+	// the dynamic client of apply needs the JSON config.
+	if s.adminCS, err = kubernetes.NewForConfig(protobuf(cfg)); err != nil {
 		return err
 	}
 	tlsCfg, err := rest.TLSConfigFor(cfg)
@@ -222,6 +259,9 @@ func (s *Sim) boot(ctx context.Context) error {
 	}
 	s.progress("API servers ready: %d behind %s (%s)", len(backends), s.cluster.Endpoint.URL, time.Since(start).Round(time.Millisecond))
 
+	if err := s.watchNodes(ctx); err != nil {
+		return err
+	}
 	if err := s.keepKubernetesEndpoints(ctx); err != nil {
 		return err
 	}
@@ -244,6 +284,35 @@ func (s *Sim) boot(ctx context.Context) error {
 		return err
 	}
 	s.startProvisioner()
+	return nil
+}
+
+// protobuf is cfg speaking protobuf for built-in types.
+func protobuf(cfg *rest.Config) *rest.Config {
+	cfg = rest.CopyConfig(cfg)
+	cfg.ContentType = "application/vnd.kubernetes.protobuf"
+	cfg.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
+	return cfg
+}
+
+// watchNodes starts the Node cache the kubelets, the progress reports
+// and Status read, so that no one lists 5,000 nodes to count them.
+func (s *Sim) watchNodes(ctx context.Context) error {
+	s.informers = informers.NewSharedInformerFactory(s.adminCS, 0)
+	nodes := s.informers.Core().V1().Nodes()
+	if _, err := nodes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { s.nodeChanged(obj) },
+		UpdateFunc: func(_, obj any) { s.nodeChanged(obj) },
+	}); err != nil {
+		return err
+	}
+	s.nodes = nodes.Lister()
+	s.informers.Start(s.ctx.Done())
+	for typ, ok := range s.informers.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			return fmt.Errorf("watching %v: %w", typ, ctx.Err())
+		}
+	}
 	return nil
 }
 
@@ -369,7 +438,7 @@ func (s *Sim) startComponent(node string, comp ir.Component) error {
 	var errc <-chan error
 	switch comp {
 	case ir.ComponentAPIServer:
-		errc, err = startAPIServer(ctx, args)
+		errc, err = startAPIServer(ctx, node, args)
 	case ir.ComponentControllerManager:
 		errc, err = startControllerManager(ctx, args)
 	case ir.ComponentScheduler:
@@ -381,15 +450,30 @@ func (s *Sim) startComponent(node string, comp ir.Component) error {
 		cancel()
 		return fmt.Errorf("%s on %s: %w", comp, node, err)
 	}
-	// A component that ends by itself is reported: the cluster is then
-	// not what the spec describes.
+	// A component that ends by itself (a controller-manager that lost
+	// its leadership under load) is reported and, as systemd does with
+	// the compiled unit's Restart=, started again.
 	done := make(chan error, 1)
 	go func() {
 		err := <-errc
-		if ctx.Err() == nil {
-			s.progress("%s on %s exited: %v", comp, node, err)
-		}
 		done <- err
+		if ctx.Err() != nil {
+			return
+		}
+		restart, delay := restartPolicy(s.tree, node, string(comp)+".service")
+		if !restart {
+			s.progress("%s on %s exited: %v", comp, node, err)
+			return
+		}
+		s.progress("%s on %s exited (%v); restarting in %s", comp, node, err, delay)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(delay):
+		}
+		if err := s.startComponent(node, comp); err != nil {
+			s.progress("%s on %s: restart failed: %v", comp, node, err)
+		}
 	}()
 	s.mu.Lock()
 	s.components[node+"/"+string(comp)] = &component{cancel: cancel, errc: done}
@@ -452,7 +536,9 @@ func (s *Sim) keepKubernetesEndpoints(ctx context.Context) error {
 }
 
 // startKubelets registers every pod-running node with its own
-// credentials, then runs its heartbeat and the pods bound to it.
+// credentials, then runs its heartbeat and the pods bound to it. The
+// whole fleet has one deadline, proportional to its size; progress is
+// reported every few seconds.
 func (s *Sim) startKubelets(ctx context.Context) error {
 	var nodes []ir.Node
 	for _, n := range s.cluster.Nodes {
@@ -460,50 +546,140 @@ func (s *Sim) startKubelets(ctx context.Context) error {
 			nodes = append(nodes, n)
 		}
 	}
+	s.renewEvery = renewInterval(len(nodes), s.nodeGracePeriod())
+	if s.renewEvery > kubeletRenew {
+		s.progress("kubelets renew their Leases every %s (the kubelet's %s would exceed what one process sustains for %d nodes)",
+			s.renewEvery.Round(time.Second), kubeletRenew, len(nodes))
+	}
 	start := time.Now()
+	timeout := time.Minute + time.Duration(len(nodes))*60*time.Millisecond
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var registered atomic.Int64
+	stopReport := s.every(progressEvery, func() {
+		s.progress("nodes registered: %d/%d (%s)", registered.Load(), len(nodes), time.Since(start).Round(time.Second))
+	})
+	defer stopReport()
+
 	var mu sync.Mutex
 	var firstErr error
-	registered := 0
 	work := make(chan ir.Node)
 	var wg sync.WaitGroup
-	for w := 0; w < 64; w++ {
+	for w := 0; w < registerWorkers; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for n := range work {
-				k, err := s.newKubelet(n)
+				err := s.registerKubelet(ctx, n)
 				if err == nil {
-					err = s.waitFor(ctx, time.Minute, func() bool { return k.register(ctx) == nil })
-					if err != nil {
-						err = fmt.Errorf("node %s did not register: %w", n.Name, k.register(ctx))
-					}
+					registered.Add(1)
+					continue
 				}
 				mu.Lock()
-				if err != nil && firstErr == nil {
+				if firstErr == nil {
 					firstErr = err
-				}
-				if err == nil {
-					registered++
-					s.mu.Lock()
-					s.kubelets[n.Name] = k
-					s.mu.Unlock()
-					s.runKubelet(k)
+					cancel()
 				}
 				mu.Unlock()
 			}
 		}()
 	}
+feed:
 	for _, n := range nodes {
-		work <- n
+		select {
+		case work <- n:
+		case <-ctx.Done():
+			break feed
+		}
 	}
 	close(work)
 	wg.Wait()
 	if firstErr != nil {
-		return firstErr
+		return fmt.Errorf("%d of %d nodes registered within %s: %w", registered.Load(), len(nodes), timeout, firstErr)
 	}
-	s.progress("nodes registered: %d/%d (%s)", registered, len(nodes), time.Since(start).Round(time.Millisecond))
+	stopReport()
+	s.progress("nodes registered: %d/%d (%s)", registered.Load(), len(nodes), time.Since(start).Round(time.Millisecond))
 	s.startPodDispatch()
 	return nil
+}
+
+// nodeGracePeriod is how long the node lifecycle controller waits for a
+// silent node before marking it NotReady: the compiled
+// controller-manager flag or its default.
+func (s *Sim) nodeGracePeriod() time.Duration {
+	for _, n := range s.cluster.Nodes {
+		if !n.Runs(ir.ComponentControllerManager) {
+			continue
+		}
+		args, err := execArgs(s.tree, n.Name, string(ir.ComponentControllerManager)+".service")
+		if err != nil {
+			break
+		}
+		if d, err := time.ParseDuration(flagMap(args)["node-monitor-grace-period"]); err == nil {
+			return d
+		}
+		break
+	}
+	return 50 * time.Second
+}
+
+// registerWorkers is how many nodes register at once: enough to keep the
+// API servers busy, few enough that requests do not queue past their
+// timeouts.
+const registerWorkers = 64
+
+// progressEvery is how often a long phase reports its progress.
+const progressEvery = 5 * time.Second
+
+// registerKubelet registers one node, retrying until ctx ends, and
+// starts its heartbeat.
+func (s *Sim) registerKubelet(ctx context.Context, n ir.Node) error {
+	k, err := s.newKubelet(n)
+	if err != nil {
+		return err
+	}
+	for {
+		err = k.register(ctx)
+		if err == nil {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("node %s did not register: %w", n.Name, err)
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+	s.mu.Lock()
+	s.kubelets[n.Name] = k
+	s.mu.Unlock()
+	// The controller-manager may have allocated the node's pod range
+	// before the kubelet was listed here; take it from the cache.
+	if node, err := s.nodes.Get(n.Name); err == nil {
+		s.nodeChanged(node)
+	}
+	s.runKubelet(k)
+	return nil
+}
+
+// every calls f every period until the returned function is called.
+func (s *Sim) every(period time.Duration, f func()) (stop func()) {
+	done := make(chan struct{})
+	var once sync.Once
+	go func() {
+		t := time.NewTicker(period)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-s.ctx.Done():
+				return
+			case <-t.C:
+				f()
+			}
+		}
+	}()
+	return func() { once.Do(func() { close(done) }) }
 }
 
 // newKubelet prepares a node's agent from its compiled kubelet unit and
@@ -527,12 +703,22 @@ func (s *Sim) newKubelet(n ir.Node) (*kubelet, error) {
 	}
 	cfg.QPS, cfg.Burst = 20, 40
 	cfg.Dial = s.lb.DialContext
-	cs, err := kubernetes.NewForConfig(cfg)
+	// The kubelet's --kube-api-content-type defaults to protobuf.
+	cfg = protobuf(cfg)
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return nil, err
+	}
+	core, err := corev1client.NewForConfigAndClient(cfg, hc)
+	if err != nil {
+		return nil, err
+	}
+	coordination, err := coordinationv1client.NewForConfigAndClient(cfg, hc)
 	if err != nil {
 		return nil, err
 	}
 	return &kubelet{name: n.Name, addr: s.addrs.Nodes[n.Name], version: n.KubeletVersion, labels: labels, taints: taints,
-		cpu: n.Capacity.CPU, memory: n.Capacity.Memory, maxPods: n.Capacity.MaxPods, client: cs,
+		cpu: n.Capacity.CPU, memory: n.Capacity.Memory, maxPods: n.Capacity.MaxPods, core: core, coordination: coordination, renewEvery: s.renewEvery,
 		running: map[types.UID]bool{}}, nil
 }
 
@@ -543,16 +729,12 @@ func (s *Sim) runKubelet(k *kubelet) { k.start(s.ctx) }
 // hands each pod to the kubelet of its node, which acts on it with its
 // own credentials.
 func (s *Sim) startPodDispatch() {
-	factory := informers.NewSharedInformerFactory(s.adminCS, 0)
+	factory := s.informers
 	queue := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]())
 	pods := factory.Core().V1().Pods()
 	pods.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { enqueue(queue, obj) },
 		UpdateFunc: func(_, obj any) { enqueue(queue, obj) },
-	})
-	factory.Core().V1().Nodes().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { s.nodeChanged(obj) },
-		UpdateFunc: func(_, obj any) { s.nodeChanged(obj) },
 	})
 	factory.Start(s.ctx.Done())
 	factory.WaitForCacheSync(s.ctx.Done())
