@@ -59,16 +59,37 @@ func classify(path string, data []byte, mode fs.FileMode) Kind {
 		return KindSecret
 	case bytes.HasPrefix(data, []byte("-----BEGIN CERTIFICATE-----")):
 		return KindCertificate
-	case mode != 0 && mode&0o077 == 0:
-		return KindSecret
 	case !utf8.Valid(data) || bytes.IndexByte(data, 0) >= 0:
+		if mode != 0 && mode&0o077 == 0 {
+			return KindSecret
+		}
 		return KindBinary
+	// Units and component configurations are owner-only because the
+	// CIS benchmark asks it of them, not because they hold secrets: they
+	// name key files, never contain keys (checked above).
 	case strings.HasSuffix(path, ".service") || strings.HasSuffix(path, ".socket") ||
 		strings.HasSuffix(path, ".timer") || strings.HasSuffix(path, ".mount") ||
 		(strings.Contains(path, "/systemd/system/") && strings.HasSuffix(path, ".conf")):
 		return KindUnit
+	case isComponentConfig(data):
+		return KindText
+	// Anything else only its owner may read is treated as a secret,
+	// whatever it looks like.
+	case mode != 0 && mode&0o077 == 0:
+		return KindSecret
 	}
 	return KindText
+}
+
+// isComponentConfig recognises the configuration files of Kubernetes
+// components by their API group.
+func isComponentConfig(data []byte) bool {
+	for _, group := range []string{"kubelet.config.k8s.io/", "kubeproxy.config.k8s.io/", "kubescheduler.config.k8s.io/", "audit.k8s.io/"} {
+		if bytes.HasPrefix(data, []byte("apiVersion: "+group)) {
+			return true
+		}
+	}
+	return false
 }
 
 func isKubeconfig(data []byte) bool {

@@ -47,6 +47,8 @@ func kubeletConfig(c *ir.Cluster, n ir.Node) *kubeletv1beta1.KubeletConfiguratio
 	f := false
 	t := true
 	maxPods := int32(n.Capacity.MaxPods)
+	// Bounds the processes of one pod.
+	pids := int64(4096)
 	return &kubeletv1beta1.KubeletConfiguration{
 		TypeMeta: metav1.TypeMeta{APIVersion: "kubelet.config.k8s.io/v1beta1", Kind: "KubeletConfiguration"},
 		Authentication: kubeletv1beta1.KubeletAuthentication{
@@ -64,7 +66,24 @@ func kubeletConfig(c *ir.Cluster, n ir.Node) *kubeletv1beta1.KubeletConfiguratio
 		TLSCertFile:              kubeletServingCert,
 		TLSPrivateKeyFile:        kubeletServingKey,
 		TLSMinVersion:            "VersionTLS12",
+		TLSCipherSuites:          kubeletCipherSuites(),
 		ReadOnlyPort:             0,
+		// CIS 4.2.13 and 4.2.14: a pod cannot exhaust the node's PIDs,
+		// and containers run under the runtime's seccomp profile
+		// unless they ask for another.
+		PodPidsLimit:   &pids,
+		SeccompDefault: &t,
+	}
+}
+
+// kubeletCipherSuites are the suites of tlsCipherSuites under the names
+// CIS 4.2.12 lists for the kubelet (ChaCha20 without its _SHA256 suffix;
+// Go knows both names).
+func kubeletCipherSuites() []string {
+	return []string{
+		"TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256", "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+		"TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384", "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384",
+		"TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305", "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305",
 	}
 }
 

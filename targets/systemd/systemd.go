@@ -37,7 +37,18 @@ func nodeFiles(m *pki.Material, tree *targets.Tree, rc *renderCache) error {
 			return tree.Add(targets.NodePath(n.Name, p), data, fileMode(mode))
 		}
 		for _, u := range nodeUnits(c, n) {
-			if err := add(path.Join(unitDir, u.Name), u.Unit.Render(), 0o644); err != nil {
+			// Units carry the components' command lines, which name
+			// every key: owner-only, as CIS 1.1.1-1.1.8 and 4.1.1 ask
+			// of the files that start the components.
+			if err := add(path.Join(unitDir, u.Name), u.Unit.Render(), 0o600); err != nil {
+				return err
+			}
+		}
+		if n.Runs(ir.ComponentEtcd) {
+			if err := add(etcdSysusersPath, []byte(etcdSysusers), 0o644); err != nil {
+				return err
+			}
+			if err := add(etcdTmpfilesPath, []byte(etcdTmpfiles), 0o644); err != nil {
 				return err
 			}
 		}
@@ -85,7 +96,8 @@ func nodeFiles(m *pki.Material, tree *targets.Tree, rc *renderCache) error {
 			if err != nil {
 				return fmt.Errorf("%s on %s: %w", p, n.Name, err)
 			}
-			if err := add(p[1:], data, 0o644); err != nil {
+			// Component configurations are for root only (CIS 4.1.9).
+			if err := add(p[1:], data, 0o600); err != nil {
 				return err
 			}
 		}

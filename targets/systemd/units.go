@@ -24,8 +24,10 @@ func nodeUnits(c *ir.Cluster, n ir.Node) []unitFile {
 	}
 	const docs = "https://kubernetes.io/docs/reference/command-line-tools-reference/"
 	if m, ok := members[n.Name]; ok && n.Runs(ir.ComponentEtcd) {
-		out = append(out, unitFile{"etcd.service", service("etcd member "+m.Name, "https://etcd.io/docs/",
-			[]string{"network-online.target"}, nil, program("etcd"), etcdArgs(c, m))})
+		u := service("etcd member "+m.Name, "https://etcd.io/docs/",
+			[]string{"network-online.target"}, nil, program("etcd"), etcdArgs(c, m))
+		withEtcdDataDir(&u)
+		out = append(out, unitFile{"etcd.service", u})
 	}
 	if n.Runs(ir.ComponentAPIServer) {
 		after := []string{"network-online.target"}
@@ -90,6 +92,30 @@ func withRuntimeLimits(u *Unit) {
 			u.Sections[i].Directives = append(u.Sections[i].Directives,
 				Directive{"Type", "notify"}, Directive{"Delegate", "yes"}, Directive{"KillMode", "process"},
 				Directive{"OOMScoreAdjust", "-999"}, Directive{"TasksMax", "infinity"})
+		}
+	}
+}
+
+// etcdSysusers and etcdTmpfiles give the data directory the owner and
+// mode CIS 1.1.11 and 1.1.12 ask for: an etcd system user, 0700. etcd
+// itself runs as root, because its keys stay root-owned (CIS 1.1.19).
+const (
+	etcdDataDir      = "/var/lib/etcd"
+	etcdSysusersPath = "etc/sysusers.d/kcompile-etcd.conf"
+	etcdTmpfilesPath = "etc/tmpfiles.d/kcompile-etcd.conf"
+	etcdSysusers     = "u etcd - \"etcd data\" " + etcdDataDir + "\n"
+	etcdTmpfiles     = "d " + etcdDataDir + " 0700 etcd etcd -\n"
+)
+
+// withEtcdDataDir applies the two files before etcd starts: at boot
+// systemd applies them anyway, but cloud-init writes them after that.
+func withEtcdDataDir(u *Unit) {
+	for i := range u.Sections {
+		if u.Sections[i].Name == "Service" {
+			u.Sections[i].Directives = append([]Directive{
+				{"ExecStartPre", "/usr/bin/systemd-sysusers /" + etcdSysusersPath},
+				{"ExecStartPre", "/usr/bin/systemd-tmpfiles --create /" + etcdTmpfilesPath},
+			}, u.Sections[i].Directives...)
 		}
 	}
 }
