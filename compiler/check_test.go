@@ -26,6 +26,8 @@ type checkCase struct {
 	// ownVersion replaces the header's Kubernetes version by a comment
 	// line, for bodies that set kubernetes.version themselves.
 	ownVersion bool
+	// profile is the Source.Profile both specs are checked with.
+	profile string
 }
 
 // ownVersionHeader is header without its Kubernetes version, still 4
@@ -434,6 +436,20 @@ workers: nodes: w1: address: "10.1.0.1"`,
 			pass: haNet + `pki: leafValidity: "1d"`,
 			fail: haNet + `pki: leafValidity: "0d"`,
 			path: "pki.leafValidity", pos: "14:20"},
+
+		// the CIS profile
+		{code: CodeCISBroken, profile: ProfileCIS,
+			pass: haNet + `security: anonymousAuth: false`,
+			fail: haNet + `security: anonymousAuth: true`,
+			path: "security.anonymousAuth", pos: "14:26"},
+		{code: CodeCISWaived,
+			pass: haNet + `security: audit: maxAgeDays: 30`,
+			fail: haNet + `security: {audit: maxAgeDays: 7, cis: waivers: "1.2.17": reason: "disk"}`,
+			path: `security.cis.waivers."1.2.17"`, pos: "14:58"},
+		{code: CodeCISWaiverUnused,
+			pass: haNet + `security: {audit: maxAgeDays: 7, cis: waivers: "1.2.17": reason: "disk"}`,
+			fail: haNet + `security: {audit: maxAgeDays: 30, cis: waivers: "1.2.17": reason: "disk"}`,
+			path: `security.cis.waivers."1.2.17"`, pos: "14:49"},
 	}...)
 }
 
@@ -444,13 +460,13 @@ func TestChecks(t *testing.T) {
 			if c.ownVersion {
 				h = ownVersionHeader
 			}
-			pass := compileFiles(t, map[string]string{"spec.cue": h + c.pass})
+			pass := compileProfile(t, map[string]string{"spec.cue": h + c.pass}, c.profile)
 			for _, d := range pass {
 				if d.Code == c.code {
 					t.Errorf("passing spec raised %s", line(d))
 				}
 			}
-			fail := compileFiles(t, map[string]string{"spec.cue": h + c.fail})
+			fail := compileProfile(t, map[string]string{"spec.cue": h + c.fail}, c.profile)
 			found := false
 			for _, d := range fail {
 				if d.Code == c.code && d.Path == c.path && d.Primary().String() == "spec.cue:"+c.pos {

@@ -23,6 +23,7 @@ func Compile(src Source) (*ir.Cluster, diag.List) {
 	if diags.HasErrors() {
 		return nil, diags.Sorted()
 	}
+	m.profile = src.Profile
 	for _, f := range families() {
 		f.check(m)
 	}

@@ -14,13 +14,19 @@ import (
 // Positions in the returned diagnostics are relative to that directory.
 func compileFiles(t testing.TB, files map[string]string) diag.List {
 	t.Helper()
+	return compileProfile(t, files, "")
+}
+
+// compileProfile is compileFiles with a Source.Profile.
+func compileProfile(t testing.TB, files map[string]string, profile string) diag.List {
+	t.Helper()
 	dir := t.TempDir()
 	for name, body := range files {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
-	_, diags := Compile(Source{Dir: dir})
+	_, diags := Compile(Source{Dir: dir, Profile: profile})
 	return diags.Relative(dir)
 }
 

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
 	"cuelang.org/go/cue"
@@ -247,6 +248,10 @@ func selectors(path []string) []cue.Selector {
 					sels = append(sels, cue.Index(n))
 					continue
 				}
+			}
+			// CUE's error paths keep a quoted label quoted ("1.2.1").
+			if u, err := strconv.Unquote(s); err == nil && strings.HasPrefix(s, `"`) {
+				s = u
 			}
 			sels = append(sels, cue.Str(s))
 		}

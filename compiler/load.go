@@ -25,6 +25,9 @@ import (
 type Source struct {
 	Dir     string
 	Overlay map[string][]byte
+	// Profile adds the checks of a benchmark the cluster must meet:
+	// ProfileCIS, or none.
+	Profile string
 }
 
 // loaded is a spec after loading: the user's own value, the same value

@@ -97,6 +97,7 @@ func lower(m *model) *ir.Cluster {
 			MaxBackups: s.Security.Audit.MaxBackups, MaxSizeMB: s.Security.Audit.MaxSizeMB},
 		AdmissionPlugins: s.Security.Admission.Plugins,
 		PodSecurity:      s.Security.Admission.PodSecurity,
+		AnonymousAuth:    s.Security.AnonymousAuth,
 	}
 	c.Addons = ir.Addons{CoreDNS: ir.CoreDNS{Version: s.Addons.CoreDNS.Version, Replicas: s.Addons.CoreDNS.Replicas}}
 	c.Install = ir.Install{Source: s.Install.Source}

@@ -27,6 +27,8 @@ type model struct {
 	// prefixes caches parsed CIDRs by spec path; invalid ones are stored
 	// as the zero Prefix after being reported.
 	prefixes map[string]netip.Prefix
+	// profile is Source.Profile.
+	profile string
 }
 
 // mnode is one machine before lowering.

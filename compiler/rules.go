@@ -23,7 +23,7 @@ type family struct {
 func families() []family {
 	return []family{
 		namesFamily(), addressesFamily(), networksFamily(), etcdFamily(), controlPlaneFamily(),
-		versionsFamily(), runtimeFamily(), cniFamily(), storageFamily(), pkiFamily(), installFamily(),
+		versionsFamily(), runtimeFamily(), cniFamily(), storageFamily(), pkiFamily(), installFamily(), cisFamily(),
 	}
 }
 

@@ -212,6 +212,12 @@ type specSecurity struct {
 		Plugins     []string `json:"plugins"`
 		PodSecurity string   `json:"podSecurity"`
 	} `json:"admission"`
+	AnonymousAuth bool `json:"anonymousAuth"`
+	CIS           struct {
+		Waivers map[string]struct {
+			Reason string `json:"reason"`
+		} `json:"waivers"`
+	} `json:"cis"`
 }
 
 type specAddons struct {

@@ -13,10 +13,11 @@ type checkCmd struct {
 	Output  string `short:"o" enum:"text,json" default:"text" help:"Output format: text or json."`
 	Strict  bool   `help:"Treat warnings as errors."`
 	Secrets string `short:"s" help:"Secrets bundle: also check it against the spec (CA separation, expiry)."`
+	Profile string `enum:",cis" default:"" help:"Also require a benchmark: cis reports every setting that breaks an item of the CIS Kubernetes Benchmark without a waiver."`
 }
 
 func (c *checkCmd) Run(e *env) error {
-	cluster, diags := compiler.Compile(compiler.Source{Dir: c.Dir})
+	cluster, diags := compiler.Compile(compiler.Source{Dir: c.Dir, Profile: c.Profile})
 	if cluster != nil {
 		var b *pki.Bundle
 		if c.Secrets != "" {

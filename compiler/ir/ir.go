@@ -301,6 +301,8 @@ type Security struct {
 	Audit              Audit
 	AdmissionPlugins   []string
 	PodSecurity        string
+	// AnonymousAuth lets the API server serve unauthenticated requests.
+	AnonymousAuth bool
 }
 
 // Audit configures the audit log.

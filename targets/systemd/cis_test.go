@@ -549,3 +549,17 @@ func compareCIS(want, got []cisResult) string {
 	}
 	return b.String()
 }
+
+// TestAnonymousAuthFollowsSpec: the API server refuses anonymous
+// requests unless the spec turns them on (with a CIS waiver).
+func TestAnonymousAuthFollowsSpec(t *testing.T) {
+	c := compileExample(t, "single-node")
+	for _, on := range []bool{false, true} {
+		c.Security.AnonymousAuth = on
+		n := c.Nodes[0]
+		want := fmt.Sprintf("--anonymous-auth=%t", on)
+		if !slices.Contains(apiServerArgs(c, n), want) {
+			t.Errorf("anonymousAuth %t: kube-apiserver flags lack %s", on, want)
+		}
+	}
+}

@@ -107,9 +107,8 @@ func apiServerArgs(c *ir.Cluster, n ir.Node) []string {
 	args := []string{
 		flag("advertise-address", n.Address().String()),
 		flag("allow-privileged", "true"),
-		// CIS 1.2.1: no anonymous requests. Load balancers check the
-		// endpoint over TCP or with a client certificate.
-		flag("anonymous-auth", "false"),
+		// Off unless the spec waives CIS 1.2.1.
+		flag("anonymous-auth", strconv.FormatBool(c.Security.AnonymousAuth)),
 		flag("authorization-mode", "Node,RBAC"),
 		flag("client-ca-file", clusterCAPath),
 		flag("enable-admission-plugins", strings.Join(plugins, ",")),

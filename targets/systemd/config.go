@@ -36,7 +36,9 @@ const (
 	schedulerKubeconfig  = "/etc/kubernetes/scheduler.conf"
 	encryptionConfigPath = "/etc/kubernetes/encryption-config.yaml"
 	auditPolicyPath      = "/etc/kubernetes/audit-policy.yaml"
-	auditLogPath         = "/var/log/kubernetes/audit/audit.log"
+	// auditLogDir is the audit log's directory under /var/log.
+	auditLogDir  = "kubernetes/audit"
+	auditLogPath = "/var/log/" + auditLogDir + "/audit.log"
 )
 
 // kubeletConfig is the node's KubeletConfiguration: webhook authentication
