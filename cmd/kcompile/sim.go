@@ -2,15 +2,12 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"syscall"
 	"time"
-
-	"k8s.io/klog/v2"
 
 	"github.com/kcompile/kcompile/targets/sim"
 )
@@ -54,14 +51,9 @@ func (c *simCmd) Run(e *env) error {
 		return err
 	}
 	defer logFile.Close()
-	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
-	klog.InitFlags(klogFlags)
-	for name, value := range map[string]string{"logtostderr": "false", "alsologtostderr": "false", "stderrthreshold": "FATAL"} {
-		if err := klogFlags.Set(name, value); err != nil {
-			return err
-		}
+	if err := sim.LogTo(logFile); err != nil {
+		return err
 	}
-	klog.SetOutput(logFile)
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

@@ -2,15 +2,12 @@ package sim
 
 import (
 	"context"
-	"flag"
 	"os"
 	"path/filepath"
 	"runtime"
 	"runtime/metrics"
 	"testing"
 	"time"
-
-	"k8s.io/klog/v2"
 )
 
 // BenchmarkSimBootLarge boots examples/large (5,000 workers) and reports
@@ -76,20 +73,15 @@ func (w logWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// quietKlog sends the components' klog output to a file, as kcompile sim
-// does: 5,000 nodes' worth of it would drown the benchmark's result.
+// quietKlog sends the components' logs to a file, as kcompile sim
+// does: 5,000 nodes' worth of them would drown the benchmark's result.
 func quietKlog(b *testing.B) {
 	f, err := os.Create(filepath.Join(b.TempDir(), "sim.log"))
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { f.Close() })
-	fs := flag.NewFlagSet("klog", flag.ContinueOnError)
-	klog.InitFlags(fs)
-	for name, value := range map[string]string{"logtostderr": "false", "alsologtostderr": "false", "stderrthreshold": "FATAL"} {
-		if err := fs.Set(name, value); err != nil {
-			b.Fatal(err)
-		}
+	if err := LogTo(f); err != nil {
+		b.Fatal(err)
 	}
-	klog.SetOutput(f)
 }

@@ -8,36 +8,29 @@ import (
 	"time"
 
 	"github.com/kcompile/kcompile/targets"
+	"github.com/kcompile/kcompile/targets/systemd"
 )
 
-// execArgs reads the arguments of a unit's ExecStart from a node's tree.
-func execArgs(tree *targets.Tree, node, unit string) ([]string, error) {
-	f, ok := tree.Get(targets.NodePath(node, "etc/systemd/system/"+unit))
+// unit parses one of a node's compiled units.
+func unit(tree *targets.Tree, node, name string) (systemd.Unit, error) {
+	f, ok := tree.Get(targets.NodePath(node, "etc/systemd/system/"+name))
 	if !ok {
-		return nil, fmt.Errorf("kcompile bug: node %s has no %s", node, unit)
+		return systemd.Unit{}, fmt.Errorf("kcompile bug: node %s has no %s", node, name)
 	}
-	var line strings.Builder
-	in := false
-	for _, l := range strings.Split(string(f.Data), "\n") {
-		if strings.HasPrefix(l, "ExecStart=") {
-			in = true
-			l = strings.TrimPrefix(l, "ExecStart=")
-		}
-		if !in {
-			continue
-		}
-		cont := strings.HasSuffix(l, "\\")
-		line.WriteString(strings.TrimSuffix(l, "\\"))
-		line.WriteByte(' ')
-		if !cont {
-			break
-		}
+	return systemd.ParseUnit(f.Data)
+}
+
+// execArgs reads the arguments of a unit's ExecStart from a node's tree.
+func execArgs(tree *targets.Tree, node, name string) ([]string, error) {
+	u, err := unit(tree, node, name)
+	if err != nil {
+		return nil, err
 	}
-	words := strings.Fields(line.String())
-	if len(words) == 0 {
-		return nil, fmt.Errorf("kcompile bug: %s of node %s has no ExecStart", unit, node)
+	exec := u.Get("Service", "ExecStart")
+	if len(exec) != 1 || len(strings.Fields(exec[0])) == 0 {
+		return nil, fmt.Errorf("kcompile bug: %s of node %s has no single ExecStart", name, node)
 	}
-	return words[1:], nil
+	return strings.Fields(exec[0])[1:], nil
 }
 
 // rooted rewrites the absolute paths of a node's files in s to where the
@@ -91,26 +84,21 @@ func withFlags(args []string, set map[string]string) []string {
 // restartPolicy reads a unit's Restart= and RestartSec= (seconds, as
 // the compiled units write them): whether systemd starts the program
 // again when it exits by itself, and after how long.
-func restartPolicy(tree *targets.Tree, node, unit string) (bool, time.Duration) {
-	f, ok := tree.Get(targets.NodePath(node, "etc/systemd/system/"+unit))
-	if !ok {
+func restartPolicy(tree *targets.Tree, node, name string) (bool, time.Duration) {
+	u, err := unit(tree, node, name)
+	if err != nil {
 		return false, 0
 	}
-	restart, delay := false, 100*time.Millisecond // systemd's default RestartSec
-	for _, l := range strings.Split(string(f.Data), "\n") {
-		k, v, ok := strings.Cut(strings.TrimSpace(l), "=")
-		if !ok {
-			continue
-		}
-		switch k {
-		case "Restart":
-			restart = v == "always" || v == "on-failure" || v == "on-abnormal" || v == "on-abort"
-		case "RestartSec":
-			if d, err := time.ParseDuration(v); err == nil {
-				delay = d
-			} else if n, err := strconv.ParseFloat(v, 64); err == nil {
-				delay = time.Duration(n * float64(time.Second))
-			}
+	restart := false
+	for _, v := range u.Get("Service", "Restart") {
+		restart = v == "always" || v == "on-failure" || v == "on-abnormal" || v == "on-abort"
+	}
+	delay := 100 * time.Millisecond // systemd's default RestartSec
+	for _, v := range u.Get("Service", "RestartSec") {
+		if d, err := time.ParseDuration(v); err == nil {
+			delay = d
+		} else if n, err := strconv.ParseFloat(v, 64); err == nil {
+			delay = time.Duration(n * float64(time.Second))
 		}
 	}
 	return restart, delay

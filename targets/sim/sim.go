@@ -12,6 +12,7 @@ package sim
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -40,6 +41,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
 
 	"github.com/kcompile/kcompile/compiler/ir"
 	"github.com/kcompile/kcompile/compiler/pki"
@@ -143,6 +145,20 @@ func Start(ctx context.Context, c *ir.Cluster, b *pki.Bundle, opts Options) (*Si
 		return nil, err
 	}
 	return s, nil
+}
+
+// LogTo sends the components' logs (klog, process-wide) to w instead of
+// stderr; the terminal keeps the progress lines.
+func LogTo(w io.Writer) error {
+	fs := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(fs)
+	for name, value := range map[string]string{"logtostderr": "false", "alsologtostderr": "false", "stderrthreshold": "FATAL"} {
+		if err := fs.Set(name, value); err != nil {
+			return err
+		}
+	}
+	klog.SetOutput(w)
+	return nil
 }
 
 func (s *Sim) progress(format string, args ...any) {

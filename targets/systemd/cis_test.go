@@ -65,7 +65,9 @@ const cisBenchmark = "cis-1.12"
 // cisNode is one kube-bench run: a node and the benchmark targets its
 // components make it.
 type cisNode struct {
-	node    ir.Node
+	node ir.Node
+	// file names the node's golden list.
+	file    string
 	targets []string
 	// args are more kube-bench arguments: checks of a target that do
 	// not apply to the node are skipped (reported INFO).
@@ -96,7 +98,7 @@ func cisNodes(c *ir.Cluster) []cisNode {
 			continue
 		}
 		seen[key] = true
-		cn := cisNode{node: n, targets: tg}
+		cn := cisNode{node: n, file: n.Name, targets: tg}
 		var skip []string
 		if n.Runs(ir.ComponentAPIServer) && !n.Runs(ir.ComponentEtcd) {
 			skip = append(skip, etcdOnMaster)
@@ -114,7 +116,7 @@ func cisNodes(c *ir.Cluster) []cisNode {
 		// requires, so they run on stacked members only; the data
 		// directory comes from the same files on both.
 		if n.Runs(ir.ComponentEtcd) && !n.Runs(ir.ComponentAPIServer) {
-			out = append(out, cisNode{node: n, targets: []string{"master"}, args: []string{"--check", "1.1.7,1.1.8"}})
+			out = append(out, cisNode{node: n, file: n.Name + "-master", targets: []string{"master"}, args: []string{"--check", "1.1.7,1.1.8"}})
 		}
 	}
 	return out
@@ -127,10 +129,7 @@ func TestCISBenchmark(t *testing.T) {
 		c := compileExample(t, name)
 		tree := buildExample(t, name)
 		for _, cn := range cisNodes(c) {
-			file := cn.node.Name
-			if len(cn.args) > 0 && cn.args[0] == "--check" {
-				file += "-master"
-			}
+			file := cn.file
 			t.Run(name+"/"+file, func(t *testing.T) {
 				got := kb.run(t, c, tree, cn)
 				golden := filepath.Join("testdata", "cis", name, file+".txt")
