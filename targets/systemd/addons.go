@@ -50,7 +50,7 @@ func marshalManifest(o runtime.Object) ([]byte, error) {
 		return nil, err
 	}
 	delete(tree, "status")
-	return yaml.Marshal(pruneKeeping(tree))
+	return yaml.Marshal(prune(tree, keepsValues))
 }
 
 // keepsValues names the maps whose empty-string values mean something.
@@ -60,30 +60,6 @@ func keepsValues(k string) bool {
 		return true
 	}
 	return false
-}
-
-func pruneKeeping(v any) any {
-	switch x := v.(type) {
-	case map[string]any:
-		out := map[string]any{}
-		for k, val := range x {
-			if m, ok := val.(map[string]any); ok && keepsValues(k) {
-				out[k] = m
-				continue
-			}
-			if p := pruneKeeping(val); !empty(p) {
-				out[k] = p
-			}
-		}
-		return out
-	case []any:
-		out := make([]any, 0, len(x))
-		for _, val := range x {
-			out = append(out, pruneKeeping(val))
-		}
-		return out
-	}
-	return v
 }
 
 // decodeManifest decodes every document of a manifest strictly with the

@@ -222,15 +222,21 @@ func marshalConfig(v any) ([]byte, error) {
 	if err := json.Unmarshal(j, &tree); err != nil {
 		return nil, err
 	}
-	return yaml.Marshal(prune(tree))
+	return yaml.Marshal(prune(tree, nil))
 }
 
-func prune(v any) any {
+// prune drops zero values from a decoded document, except inside the
+// maps keep names (nil keeps none), whose empty values mean something.
+func prune(v any, keep func(key string) bool) any {
 	switch x := v.(type) {
 	case map[string]any:
 		out := map[string]any{}
 		for k, val := range x {
-			if p := prune(val); !empty(p) {
+			if m, ok := val.(map[string]any); ok && keep != nil && keep(k) {
+				out[k] = m
+				continue
+			}
+			if p := prune(val, keep); !empty(p) {
 				out[k] = p
 			}
 		}
@@ -238,7 +244,7 @@ func prune(v any) any {
 	case []any:
 		out := make([]any, 0, len(x))
 		for _, val := range x {
-			out = append(out, prune(val))
+			out = append(out, prune(val, keep))
 		}
 		return out
 	}
