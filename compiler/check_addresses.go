@@ -16,6 +16,7 @@ const (
 	CodeAddressUnassigned = "KC0206"
 	CodeGatewayNetwork    = "KC0207"
 	CodeGatewayFamily     = "KC0208"
+	CodeAddressGateway    = "KC0209"
 )
 
 func addressesFamily() family {
@@ -23,11 +24,12 @@ func addressesFamily() family {
 		rule(CodeAddressParse, diag.Error, "a node address does not parse as an IP address"),
 		rule(CodeAddressNetwork, diag.Error, "a node address lies outside every declared node network"),
 		rule(CodeAddressFamily, diag.Error, "a node's secondary address is of the same IP family as its primary"),
-		rule(CodeAddressReserved, diag.Error, "a node address is the network or broadcast address of its node network"),
+		rule(CodeAddressReserved, diag.Error, "a node address is the network or broadcast address of its node network (for IPv6, its subnet-router anycast address)"),
 		rule(CodeAddressDualStack, diag.Warning, "a pod-running node of a dual-stack cluster has no address of the second family"),
 		rule(CodeAddressUnassigned, diag.Error, "a node address is unspecified, loopback, multicast or link-local"),
 		rule(CodeGatewayNetwork, diag.Error, "a gateway lies outside every node network"),
 		rule(CodeGatewayFamily, diag.Error, "two gateways of one IP family"),
+		rule(CodeAddressGateway, diag.Error, "a node address is a gateway's address"),
 	}}
 }
 
@@ -60,7 +62,7 @@ func checkAddresses(m *model) {
 		}
 		primary, err := netip.ParseAddr(n.spec.Address)
 		if err != nil {
-			m.report(CodeAddressParse, n.fieldPath("address"), fmt.Sprintf("address %q of node %s is not an IP address", n.spec.Address, n.name),
+			m.report(CodeAddressParse, n.fieldPath("address"), fmt.Sprintf("address %s of node %s is not an IP address", diag.Quote(n.spec.Address), n.name),
 				`write an IPv4 or IPv6 address such as "10.0.0.11", without a prefix length`)
 			continue
 		}
@@ -70,7 +72,7 @@ func checkAddresses(m *model) {
 			second, err := netip.ParseAddr(n.spec.SecondaryAddress)
 			switch {
 			case err != nil:
-				m.report(CodeAddressParse, n.fieldPath("secondaryAddress"), fmt.Sprintf("secondary address %q of node %s is not an IP address", n.spec.SecondaryAddress, n.name),
+				m.report(CodeAddressParse, n.fieldPath("secondaryAddress"), fmt.Sprintf("secondary address %s of node %s is not an IP address", diag.Quote(n.spec.SecondaryAddress), n.name),
 					`write an address of the other IP family, such as "fd00::11"`)
 			case second.Is4() == primary.Is4():
 				if first(CodeAddressFamily + n.path) {
@@ -108,16 +110,33 @@ func checkAddresses(m *model) {
 				}
 				continue
 			}
-			if a.Is4() && in.Bits() < 31 && (a == in.Addr() || a == lastAddr(in)) && first(CodeAddressReserved+path) {
-				what := "network"
-				if a != in.Addr() {
-					what = "broadcast"
-				}
+			if what := reservedIn(a, in); what != "" && first(CodeAddressReserved+path) {
 				m.report(CodeAddressReserved, path, fmt.Sprintf("address %s of node %s is the %s address of %s", a, n.name, what, in),
 					"choose an address strictly inside the node network", "network.nodes")
 			}
+			for i, g := range m.spec.Network.Gateways {
+				if ga, err := netip.ParseAddr(g); err == nil && ga == a && first(CodeAddressGateway+path) {
+					m.report(CodeAddressGateway, path, fmt.Sprintf("address %s of node %s is the gateway's: the node would answer for the router", a, n.name),
+						"give the node another address, or correct network.gateways", fmt.Sprintf("network.gateways[%d]", i))
+				}
+			}
 		}
 	}
+}
+
+// reservedIn names what a is in its network when no machine may take it:
+// the network or broadcast address of an IPv4 network, or the
+// subnet-router anycast address (the network address) of an IPv6 one.
+func reservedIn(a netip.Addr, in netip.Prefix) string {
+	switch {
+	case a.Is4() && in.Bits() < 31 && a == in.Addr():
+		return "network"
+	case a.Is4() && in.Bits() < 31 && a == lastAddr(in):
+		return "broadcast"
+	case a.Is6() && in.Bits() < 127 && a == in.Addr():
+		return "subnet-router anycast"
+	}
+	return ""
 }
 
 func familyOf(a netip.Addr) string {
@@ -142,7 +161,7 @@ func checkGateways(m *model, networks []netip.Prefix) {
 		path := fmt.Sprintf("network.gateways[%d]", i)
 		a, err := netip.ParseAddr(g)
 		if err != nil {
-			m.report(CodeAddressParse, path, fmt.Sprintf("gateway %q is not an IP address", g), `write the router's address, such as "10.0.0.1"`)
+			m.report(CodeAddressParse, path, fmt.Sprintf("gateway %s is not an IP address", diag.Quote(g)), `write the router's address, such as "10.0.0.1"`)
 			continue
 		}
 		if other, dup := seen[a.Is4()]; dup {
@@ -162,7 +181,7 @@ func checkGateways(m *model, networks []netip.Prefix) {
 	}
 	for i, ns := range m.spec.Network.Nameservers {
 		if _, err := netip.ParseAddr(ns); err != nil {
-			m.report(CodeAddressParse, fmt.Sprintf("network.nameservers[%d]", i), fmt.Sprintf("nameserver %q is not an IP address", ns),
+			m.report(CodeAddressParse, fmt.Sprintf("network.nameservers[%d]", i), fmt.Sprintf("nameserver %s is not an IP address", diag.Quote(ns)),
 				`write the resolver's address, such as "10.0.0.53"`)
 		}
 	}

@@ -88,7 +88,7 @@ func checkCIS(m *model) {
 		waiverPath := "security.cis.waivers." + quoteLabel(b.id)
 		if w, ok := waivers[b.id]; ok {
 			used[b.id] = true
-			m.report(CodeCISWaived, waiverPath, fmt.Sprintf("CIS %s is waived: %s (%s)", b.id, b.what, w.Reason),
+			m.report(CodeCISWaived, waiverPath, fmt.Sprintf("CIS %s is waived: %s (%s)", b.id, b.what, diag.Printable(w.Reason, maxLiteral)),
 				"the cluster does not meet this item of the CIS Kubernetes Benchmark; auditors will ask for the reason", b.path)
 			continue
 		}

@@ -3,6 +3,8 @@ package compiler
 import (
 	"fmt"
 	"net/netip"
+	"slices"
+	"strings"
 
 	"github.com/kcompile/kcompile/compiler/diag"
 )
@@ -14,6 +16,9 @@ const (
 	CodeEndpointShape    = "KC0504"
 	CodeEndpointInvalid  = "KC0505"
 	CodeExtraSAN         = "KC0506"
+	CodeEndpointReserved = "KC0507"
+	CodePortClash        = "KC0508"
+	CodeNoPodNode        = "KC0509"
 )
 
 func controlPlaneFamily() family {
@@ -24,6 +29,9 @@ func controlPlaneFamily() family {
 		rule(CodeEndpointShape, diag.Error, "the API endpoint sets both or neither of address and host"),
 		rule(CodeEndpointInvalid, diag.Error, "the API endpoint address is not an IP address or its host is not a DNS name"),
 		rule(CodeExtraSAN, diag.Error, "an extra API server SAN is neither an IP address nor a DNS name"),
+		rule(CodeEndpointReserved, diag.Error, "the API endpoint address is the network, broadcast or gateway address of a node network"),
+		rule(CodePortClash, diag.Error, "the API server's port is a port another component of its node listens on"),
+		rule(CodeNoPodNode, diag.Warning, "no node can run ordinary pods: every pod-running node is tainted NoSchedule or NoExecute"),
 	}}
 }
 
@@ -50,10 +58,11 @@ func checkControlPlane(m *model) {
 		case ep.Address != "":
 			a, err := netip.ParseAddr(ep.Address)
 			if err != nil {
-				m.report(CodeEndpointInvalid, "controlPlane.endpoint.address", fmt.Sprintf("endpoint address %q is not an IP address", ep.Address),
+				m.report(CodeEndpointInvalid, "controlPlane.endpoint.address", fmt.Sprintf("endpoint address %s is not an IP address", diag.Quote(ep.Address)),
 					"write the virtual IP, or use host for a DNS name")
 				break
 			}
+			checkVIPReserved(m, a)
 			for _, n := range m.nodes {
 				for i, na := range n.addrs {
 					if na == a {
@@ -65,17 +74,121 @@ func checkControlPlane(m *model) {
 			}
 		default:
 			if !isDNSSubdomain(ep.Host) {
-				m.report(CodeEndpointInvalid, "controlPlane.endpoint.host", fmt.Sprintf("endpoint host %q is not a DNS name", ep.Host),
+				m.report(CodeEndpointInvalid, "controlPlane.endpoint.host", fmt.Sprintf("endpoint host %s is not a DNS name", diag.Quote(ep.Host)),
 					"write a fully qualified DNS name such as api.example.com, or use address for an IP")
 			}
 		}
 	}
 	for i, san := range cp.APIServer.ExtraSANs {
 		if _, err := netip.ParseAddr(san); err != nil && !isDNSSubdomain(san) && !isWildcard(san) {
-			m.report(CodeExtraSAN, fmt.Sprintf("controlPlane.apiServer.extraSANs[%d]", i), fmt.Sprintf("extra SAN %q is neither an IP address nor a DNS name", san),
+			m.report(CodeExtraSAN, fmt.Sprintf("controlPlane.apiServer.extraSANs[%d]", i), fmt.Sprintf("extra SAN %s is neither an IP address nor a DNS name", diag.Quote(san)),
 				"write an IP address or a DNS name such as api.example.com")
 		}
 	}
+	checkPorts(m)
+	checkPodNodes(m)
+}
+
+// checkVIPReserved refuses a VIP no host may answer for.
+func checkVIPReserved(m *model, a netip.Addr) {
+	for _, in := range m.nodeNetworks() {
+		if !in.Contains(a) {
+			continue
+		}
+		if what := reservedIn(a, in); what != "" {
+			m.report(CodeEndpointReserved, "controlPlane.endpoint.address", fmt.Sprintf("endpoint address %s is the %s address of node network %s", a, what, in),
+				"choose a free address strictly inside the node network for the VIP", "network.nodes")
+		}
+	}
+	for i, g := range m.spec.Network.Gateways {
+		if ga, err := netip.ParseAddr(g); err == nil && ga == a {
+			m.report(CodeEndpointReserved, "controlPlane.endpoint.address", fmt.Sprintf("endpoint address %s is the gateway's", a),
+				"choose a free address for the VIP; the router keeps its own", fmt.Sprintf("network.gateways[%d]", i))
+		}
+	}
+}
+
+// portOwner is a port some component of a node listens on.
+type portOwner struct {
+	port  int
+	owner string
+}
+
+// nodePorts lists the ports the components of a control-plane node listen
+// on besides the API server, as the targets configure them.
+func nodePorts(s *specCluster, stacked bool) []portOwner {
+	out := []portOwner{
+		{10248, "the kubelet's health endpoint"}, {10250, "the kubelet"},
+		{10257, "kube-controller-manager"}, {10259, "kube-scheduler"},
+	}
+	if stacked {
+		out = append(out, portOwner{2379, "etcd's clients"}, portOwner{2380, "etcd's peers"}, portOwner{2381, "etcd's metrics"})
+	}
+	if s.Network.KubeProxy.Mode != "none" {
+		out = append(out, portOwner{10249, "kube-proxy's metrics"}, portOwner{10256, "kube-proxy's health endpoint"})
+	}
+	switch s.Network.CNI.Plugin {
+	case "calico":
+		out = append(out, portOwner{179, "calico-node's BGP"}, portOwner{9099, "calico-node's health endpoint"})
+	case "cilium":
+		out = append(out, portOwner{4240, "cilium's cluster health"}, portOwner{9234, "cilium-operator's health endpoint"},
+			portOwner{9879, "cilium-agent's health endpoint"}, portOwner{9963, "cilium-operator's metrics"}, portOwner{9964, "cilium's proxy metrics"})
+	}
+	return out
+}
+
+// checkPorts refuses an API server port another component of the node
+// already listens on: one of them would not start.
+func checkPorts(m *model) {
+	port := m.spec.ControlPlane.APIServer.Port
+	stacked := m.spec.Etcd.Topology != "external"
+	for _, p := range nodePorts(&m.spec, stacked) {
+		if p.port == port {
+			var more []string
+			if strings.HasPrefix(p.owner, "etcd") && m.written("etcd.topology") {
+				more = append(more, "etcd.topology")
+			}
+			m.report(CodePortClash, "controlPlane.apiServer.port", fmt.Sprintf("the API server's port %d is the port of %s on every control-plane node", port, p.owner),
+				"choose another port for the API servers, such as 6443", more...)
+			return
+		}
+	}
+	// Services of type NodePort take these ports on every node address.
+	if port >= 30000 && port <= 32767 {
+		m.report(CodePortClash, "controlPlane.apiServer.port", fmt.Sprintf("the API server's port %d lies in the NodePort range 30000-32767, which Services take on every node", port),
+			"choose a port outside the NodePort range, such as 6443")
+	}
+}
+
+// checkPodNodes warns when ordinary pods have nowhere to run: a cluster
+// of tainted control-plane nodes and nothing else runs no workload, and
+// CoreDNS stays Pending on clusters whose nodes are all NoExecute.
+func checkPodNodes(m *model) {
+	if m.unexpanded {
+		return
+	}
+	runs := 0
+	for _, n := range m.nodes {
+		if !n.runsPods() {
+			continue
+		}
+		runs++
+		if n.role == "control-plane" && !m.spec.ControlPlane.Schedulable {
+			continue
+		}
+		if !slices.ContainsFunc(n.spec.Taints, func(t specTaint) bool { return t.Effect == "NoSchedule" || t.Effect == "NoExecute" }) {
+			return
+		}
+	}
+	if runs == 0 {
+		return
+	}
+	at := "controlPlane.schedulable"
+	if len(m.spec.Workers.Nodes)+len(m.spec.Workers.Pools) > 0 {
+		at = "workers"
+	}
+	m.report(CodeNoPodNode, at, "no node can run ordinary pods: the control-plane nodes are tainted NoSchedule and every worker is tainted NoSchedule or NoExecute (or there is none)",
+		"add workers without such taints, or set controlPlane.schedulable: true for a cluster of control-plane nodes only")
 }
 
 func isWildcard(s string) bool { return len(s) > 2 && s[:2] == "*." && isDNSSubdomain(s[2:]) }

@@ -172,8 +172,8 @@ func domainLoss(m *model, members []etcdMember, kind, code string, of func(etcdM
 			names = append(names, e.name)
 			paths = append(paths, e.node+"."+kind)
 		}
-		m.report(code, paths[0], fmt.Sprintf("losing %s %q loses etcd quorum: it holds %d of %d members (%s) and %d are needed",
-			kind, d, len(lost), len(members), strings.Join(names, ", "), q),
+		m.report(code, paths[0], fmt.Sprintf("losing %s %s loses etcd quorum: it holds %d of %d members (%s) and %d are needed",
+			kind, diag.Quote(d), len(lost), len(members), strings.Join(names, ", "), q),
 			fmt.Sprintf("spread the members so that no %s holds %d or more of them", kind, len(members)-q+1), paths[1:]...)
 	}
 }

@@ -2,7 +2,7 @@ package compiler
 
 import (
 	"fmt"
-	"regexp"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"strings"
 
 	"github.com/kcompile/kcompile/compiler/diag"
@@ -32,41 +32,18 @@ func namesFamily() family {
 	}}
 }
 
-var (
-	dns1123Label     = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
-	qualifiedNamePat = regexp.MustCompile(`^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$`)
-)
+// The names Kubernetes itself validates are held to its own validators,
+// so that kcompile accepts exactly what the API server will.
 
 // isDNSLabel reports whether s is a DNS-1123 label.
-func isDNSLabel(s string) bool { return len(s) <= 63 && dns1123Label.MatchString(s) }
+func isDNSLabel(s string) bool { return len(validation.IsDNS1123Label(s)) == 0 }
 
 // isDNSSubdomain reports whether s is a DNS-1123 subdomain.
-func isDNSSubdomain(s string) bool {
-	if len(s) == 0 || len(s) > 253 {
-		return false
-	}
-	for _, l := range strings.Split(s, ".") {
-		if !isDNSLabel(l) {
-			return false
-		}
-	}
-	return true
-}
+func isDNSSubdomain(s string) bool { return len(validation.IsDNS1123Subdomain(s)) == 0 }
 
 // isQualifiedName reports whether s is a Kubernetes label key: an optional
 // DNS subdomain prefix and a name of at most 63 characters.
-func isQualifiedName(s string) bool {
-	name := s
-	// strings.Cut leaves a key without '/' in its first result: only a
-	// key with a '/' has a prefix.
-	if prefix, rest, found := strings.Cut(s, "/"); found {
-		if !isDNSSubdomain(prefix) {
-			return false
-		}
-		name = rest
-	}
-	return len(name) <= 63 && qualifiedNamePat.MatchString(name)
-}
+func isQualifiedName(s string) bool { return len(validation.IsQualifiedName(s)) == 0 }
 
 // reportName reports a problem with a node's name at the key of a node
 // written one by one, or at the value of a pool's name pattern.
@@ -89,7 +66,7 @@ func namePath(n *mnode) string {
 
 func checkNames(m *model) {
 	if !isDNSLabel(m.spec.Name) {
-		m.report(CodeClusterName, "name", fmt.Sprintf("cluster name %q is not a DNS-1123 label", m.spec.Name),
+		m.report(CodeClusterName, "name", fmt.Sprintf("cluster name %s is not a DNS-1123 label", diag.Quote(m.spec.Name)),
 			"use at most 63 lower-case letters, digits and '-', starting and ending with a letter or digit")
 	}
 	// Pool nodes share one source, so each pool is reported once per rule
@@ -106,12 +83,12 @@ func checkNames(m *model) {
 	macs := map[string]*mnode{}
 	for _, n := range m.nodes {
 		if !isDNSSubdomain(n.name) && first(CodeNodeName+n.path) {
-			m.reportName(CodeNodeName, n, fmt.Sprintf("node name %q is not a DNS-1123 subdomain", n.name),
+			m.reportName(CodeNodeName, n, fmt.Sprintf("node name %s is not a DNS-1123 subdomain", diag.Quote(n.name)),
 				"use lower-case letters, digits, '-' and '.', starting and ending with a letter or digit")
 		}
 		if o, dup := names[n.name]; dup {
 			if first(CodeDupName + o.path + n.path) {
-				m.reportName(CodeDupName, n, fmt.Sprintf("node name %q is used twice (also at %s)", n.name, o.path),
+				m.reportName(CodeDupName, n, fmt.Sprintf("node name %s is used twice (also at %s)", diag.Quote(n.name), o.path),
 					"rename one of the nodes; every machine needs a unique name", namePath(o))
 			}
 		} else {
@@ -142,13 +119,13 @@ func checkNames(m *model) {
 		}
 		for _, k := range sortedKeys(n.spec.Labels) {
 			if !isQualifiedName(k) && first(CodeLabelInvalid+n.path+k) {
-				m.reportKey(CodeLabelInvalid, n.fieldPath("labels."+quoteLabel(k)), fmt.Sprintf("label key %q is not a valid Kubernetes label key", k),
+				m.reportKey(CodeLabelInvalid, n.fieldPath("labels."+quoteLabel(k)), fmt.Sprintf("label key %s is not a valid Kubernetes label key", diag.Quote(k)),
 					`use an optional DNS prefix and a name of letters, digits, '-', '_' and '.', such as "example.com/tier"`)
 			}
 		}
 		for i, t := range n.spec.Taints {
 			if !isQualifiedName(t.Key) && first(CodeLabelInvalid+n.path+t.Key) {
-				m.report(CodeLabelInvalid, n.fieldPath(fmt.Sprintf("taints[%d]", i)), fmt.Sprintf("taint key %q is not a valid Kubernetes taint key", t.Key),
+				m.report(CodeLabelInvalid, n.fieldPath(fmt.Sprintf("taints[%d]", i)), fmt.Sprintf("taint key %s is not a valid Kubernetes taint key", diag.Quote(t.Key)),
 					`use an optional DNS prefix and a name of letters, digits, '-', '_' and '.', such as "dedicated"`)
 			}
 		}

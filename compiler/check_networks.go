@@ -21,6 +21,7 @@ const (
 	CodeMaxPodsRange      = "KC0311"
 	CodeDomain            = "KC0312"
 	CodeNodeNetworkFamily = "KC0313"
+	CodeServiceCIDRSmall  = "KC0314"
 )
 
 func networksFamily() family {
@@ -38,6 +39,7 @@ func networksFamily() family {
 		rule(CodeMaxPodsRange, diag.Error, "a node's maxPods exceeds the addresses of its pod range"),
 		rule(CodeDomain, diag.Error, "the cluster domain is not a DNS name"),
 		rule(CodeNodeNetworkFamily, diag.Error, "no node network of the primary IP family of pods and services"),
+		rule(CodeServiceCIDRSmall, diag.Error, "a service CIDR is too small to hold the kubernetes Service address and the DNS address derived from it"),
 	}}
 }
 
@@ -171,13 +173,23 @@ func checkNetworks(m *model) {
 			m.report(CodeServiceCIDRSize, s.path, fmt.Sprintf("service CIDR %s is larger than kube-apiserver accepts (/%d at most for %s)", s.p, limit, familyOf(s.p.Addr())),
 				fmt.Sprintf("use a prefix of /%d or longer", limit))
 		}
+		// The primary range's DNS address may be given; the secondary's
+		// is always derived.
+		derived := s.path == "network.secondaryServiceCIDR" || n.DNSServiceIP == ""
+		if problem := serviceRangeProblem(s.p, derived); problem != "" {
+			hint := "widen the service CIDR (a /28 holds both, a /24 or more leaves room for Services)"
+			if derived && s.path == "network.serviceCIDR" {
+				hint += ", or set network.dnsServiceIP"
+			}
+			m.report(CodeServiceCIDRSmall, s.path, fmt.Sprintf("service CIDR %s %s", s.p, problem), hint)
+		}
 	}
 
 	if n.DNSServiceIP != "" && svcOK {
 		ip, err := netip.ParseAddr(n.DNSServiceIP)
 		switch {
 		case err != nil:
-			m.report(CodeAddressParse, "network.dnsServiceIP", fmt.Sprintf("DNS service IP %q is not an IP address", n.DNSServiceIP),
+			m.report(CodeAddressParse, "network.dnsServiceIP", fmt.Sprintf("DNS service IP %s is not an IP address", diag.Quote(n.DNSServiceIP)),
 				"write an address inside the service CIDR, such as the tenth one")
 		case !svc.Contains(ip):
 			m.report(CodeDNSIPOutside, "network.dnsServiceIP", fmt.Sprintf("DNS service IP %s is outside the service CIDR %s", ip, svc),
@@ -196,9 +208,29 @@ func checkNetworks(m *model) {
 		}
 	}
 	if !isDNSSubdomain(n.Domain) {
-		m.report(CodeDomain, "network.domain", fmt.Sprintf("cluster domain %q is not a DNS name", n.Domain),
+		m.report(CodeDomain, "network.domain", fmt.Sprintf("cluster domain %s is not a DNS name", diag.Quote(n.Domain)),
 			`use lower-case DNS labels separated by dots, such as "cluster.local"`)
 	}
+}
+
+// serviceRangeProblem says why p cannot hold the kubernetes Service (its
+// first address) and, when derived, the DNS Service (its tenth), as
+// addresses the API server allocates: never an IPv4 range's network or
+// broadcast address. "" when it can.
+func serviceRangeProblem(p netip.Prefix, derived bool) string {
+	usable := func(a netip.Addr) bool {
+		return p.Contains(a) && a != p.Addr() && !(a.Is4() && p.Bits() < 31 && a == lastAddr(p))
+	}
+	if first := p.Addr().Next(); !usable(first) {
+		return "has no address for the kubernetes Service (its first address after the network address)"
+	}
+	if !derived {
+		return ""
+	}
+	if dns, ok := nthAddr(p, 10); !ok || !usable(dns) {
+		return "has no tenth address for the DNS Service (kcompile's default, as kubeadm's)"
+	}
+	return ""
 }
 
 // checkPodCapacity checks that the pod range has a node range for every

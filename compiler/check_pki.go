@@ -14,6 +14,7 @@ const (
 	CodeRSASize        = "KC1002"
 	CodeLeafOutlivesCA = "KC1003"
 	CodeZeroValidity   = "KC1004"
+	CodeClockSkew      = "KC1005"
 )
 
 func pkiFamily() family {
@@ -22,6 +23,7 @@ func pkiFamily() family {
 		rule(CodeRSASize, diag.Error, "an RSA key size other than 2048, 3072 or 4096 bits"),
 		rule(CodeLeafOutlivesCA, diag.Error, "leaf certificates are valid longer than their CA"),
 		rule(CodeZeroValidity, diag.Error, "a certificate validity is zero or longer than 200 years"),
+		rule(CodeClockSkew, diag.Error, "pki.clockSkew is longer than 24 hours"),
 	}}
 }
 
@@ -40,6 +42,28 @@ func parseValidity(s string) time.Duration {
 	// The count is bounded, not the product, which could overflow.
 	if err != nil || unit == 0 || n > int64(maxValidity/unit) {
 		return 0
+	}
+	return time.Duration(n) * unit
+}
+
+// maxClockSkew bounds the backdating of leaves: clocks a day apart are a
+// broken time service to fix, not a skew to paper over, and a long
+// backdating makes a renewed certificate valid before the decision to
+// issue it.
+const maxClockSkew = 24 * time.Hour
+
+// parseSkew reads the schema's skew form: a whole number of seconds,
+// minutes or hours. It returns -1 for a value above maxClockSkew, so that
+// zero (no backdating) stays a valid choice.
+func parseSkew(s string) time.Duration {
+	if len(s) < 2 {
+		return -1
+	}
+	n, err := strconv.ParseInt(s[:len(s)-1], 10, 64)
+	unit := map[byte]time.Duration{'s': time.Second, 'm': time.Minute, 'h': time.Hour}[s[len(s)-1]]
+	// The count is bounded, not the product, which could overflow.
+	if err != nil || unit == 0 || n < 0 || n > int64(maxClockSkew/unit) {
+		return -1
 	}
 	return time.Duration(n) * unit
 }
@@ -68,6 +92,10 @@ func checkPKI(m *model) {
 		if v.d <= 0 {
 			m.report(CodeZeroValidity, v.path, "a certificate validity must be positive and at most 200 years", `write a duration such as "1y", "90d" or "8760h"`)
 		}
+	}
+	if parseSkew(p.ClockSkew) < 0 {
+		m.report(CodeClockSkew, "pki.clockSkew", fmt.Sprintf("clock skew %s is longer than 24 hours: leaves would be valid long before they were issued", p.ClockSkew),
+			`write a short allowance such as "5m" (the default, as kubeadm) or "300s", and fix the clocks of the nodes with NTP`)
 	}
 	if ca > 0 && leaf > ca {
 		at, more := m.conflict("pki.leafValidity", "pki.caValidity")

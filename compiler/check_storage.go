@@ -31,7 +31,7 @@ func checkStorage(m *model) {
 	st := m.spec.Storage
 	for _, name := range sortedKeys(st.Drivers) {
 		if !isDNSSubdomain(name) || len(name) > 63 {
-			m.reportKey(CodeDriverName, "storage.drivers."+quoteLabel(name), fmt.Sprintf("CSI driver name %q is not a DNS-1123 subdomain of at most 63 characters", name),
+			m.reportKey(CodeDriverName, "storage.drivers."+quoteLabel(name), fmt.Sprintf("CSI driver name %s is not a DNS-1123 subdomain of at most 63 characters", diag.Quote(name)),
 				`use the driver's registered name, such as "rbd.csi.ceph.com"`)
 		}
 	}
@@ -40,7 +40,7 @@ func checkStorage(m *model) {
 		c := st.Classes[name]
 		path := "storage.classes." + quoteLabel(name)
 		if !isDNSSubdomain(name) {
-			m.reportKey(CodeStorageClassName, path, fmt.Sprintf("StorageClass name %q is not a DNS-1123 subdomain", name),
+			m.reportKey(CodeStorageClassName, path, fmt.Sprintf("StorageClass name %s is not a DNS-1123 subdomain", diag.Quote(name)),
 				"use lower-case letters, digits, '-' and '.'")
 		}
 		if c.Default {
@@ -52,7 +52,7 @@ func checkStorage(m *model) {
 			if len(st.Drivers) > 0 {
 				hint = "use one of the declared drivers (" + strings.Join(sortedKeys(st.Drivers), ", ") + ") or declare it under storage.drivers"
 			}
-			m.report(CodeUnknownDriver, path+".driver", fmt.Sprintf("StorageClass %s uses CSI driver %q, which is not declared", name, c.Driver), hint)
+			m.report(CodeUnknownDriver, path+".driver", fmt.Sprintf("StorageClass %s uses CSI driver %s, which is not declared", name, diag.Quote(c.Driver)), hint)
 			continue
 		}
 		if d.TopologyAware && c.VolumeBindingMode != "WaitForFirstConsumer" {

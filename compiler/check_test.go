@@ -88,7 +88,7 @@ const rbd = `storage: drivers: "rbd.csi.ceph.com": {}
 `
 
 func checkCases() []checkCase {
-	return append(append(installCases(), gatewayCases()...), []checkCase{
+	return append(append(append(append(append(installCases(), gatewayCases()...), designCases()...), valueCases()...), clockSkewCases()...), []checkCase{
 		// names
 		{code: CodeClusterName,
 			pass: haNet,
@@ -550,5 +550,127 @@ func installCases() []checkCase {
 			pass: download + allArtifacts(),
 			fail: one + allArtifacts(),
 			path: "install.artifacts", pos: "9:21"},
+	}
+}
+
+// sshKey is a well-formed public key.
+const sshKey = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAICBPJLtN0OW1tWrsYbsc7QGZG5UW3m3SHqYd/C30E0i0 ops@example.com"
+
+// designCases are mistakes of the cluster's design that every value
+// passes on its own.
+func designCases() []checkCase {
+	return []checkCase{
+		{code: CodeAddressGateway,
+			pass: one + `network: gateways: ["10.0.0.1"]`,
+			fail: one + `network: gateways: ["10.0.0.11"]`,
+			path: "controlPlane.nodes.cp1.address", pos: "7:36"},
+		{code: CodeAddressReserved, // an IPv6 network's subnet-router anycast address
+			pass: v6 + `workers: nodes: w1: address: "fd00::1"`,
+			fail: v6 + `workers: nodes: w1: address: "fd00::"`,
+			path: "workers.nodes.w1.address", pos: "9:30"},
+		{code: CodeServiceCIDRSmall, // a /29 has no tenth address for the DNS Service
+			pass: haNet + `network: serviceCIDR: "10.96.0.0/28"`,
+			fail: haNet + `network: serviceCIDR: "10.96.0.0/29"`,
+			path: "network.serviceCIDR", pos: "14:23"},
+		{code: CodeServiceCIDRSmall, // a /32 has no address for the kubernetes Service
+			pass: haNet + `network: {serviceCIDR: "10.96.0.0/30", dnsServiceIP: "10.96.0.2"}`,
+			fail: haNet + `network: {serviceCIDR: "10.96.0.0/32"}`,
+			path: "network.serviceCIDR", pos: "14:24"},
+		{code: CodeEndpointReserved,
+			pass: haNet,
+			fail: strings.Replace(haNet, `address: "10.0.0.10"`, `address: "10.0.255.255"`, 1),
+			path: "controlPlane.endpoint.address", pos: "7:34"},
+		{code: CodeEndpointReserved, // the router's address
+			pass: haNet + `network: gateways: ["10.0.0.1"]`,
+			fail: strings.Replace(haNet, `address: "10.0.0.10"`, `address: "10.0.0.1"`, 1) + `network: gateways: ["10.0.0.1"]`,
+			path: "controlPlane.endpoint.address", pos: "7:34"},
+		{code: CodePortClash, // stacked etcd's client port
+			pass: haNet + `controlPlane: apiServer: port: 6444`,
+			fail: haNet + `controlPlane: apiServer: port: 2379`,
+			path: "controlPlane.apiServer.port", pos: "14:32"},
+		{code: CodePortClash, // the NodePort range
+			pass: haNet + `controlPlane: apiServer: port: 29999`,
+			fail: haNet + `controlPlane: apiServer: port: 30443`,
+			path: "controlPlane.apiServer.port", pos: "14:32"},
+		{code: CodeNoPodNode,
+			pass: one + `controlPlane: schedulable: true`,
+			fail: one + `workers: nodes: w1: {address: "10.0.0.21", taints: [{key: "dedicated", effect: "NoExecute"}]}`,
+			path: "workers", pos: "9:10"},
+	}
+}
+
+// valueCases hold free-form strings to the rules of their consumers.
+func valueCases() []checkCase {
+	worker := func(fields string) string { return one + `workers: nodes: w1: {address: "10.0.0.21", ` + fields + "}" }
+	storage := one + `storage: drivers: "d.example.com": {}` + "\n"
+	return []checkCase{
+		{code: CodeLabelValue, // a space would end --node-labels' value
+			pass: worker(`labels: tier: "web-tier"`),
+			fail: worker(`labels: tier: "web tier"`),
+			path: "workers.nodes.w1.labels.tier", pos: "9:58"},
+		{code: CodeLabelValue, // a line break would add a directive to kubelet.service
+			pass: worker(`labels: tier: "web"`),
+			fail: worker(`labels: tier: "web\nExecStartPre=/bin/sh -c id"`),
+			path: "workers.nodes.w1.labels.tier", pos: "9:58"},
+		{code: CodeTaintValue,
+			pass: worker(`taints: [{key: "gpu", value: "a100", effect: "NoSchedule"}]`),
+			fail: worker(`taints: [{key: "gpu", value: "a100 --anonymous-auth=true", effect: "NoSchedule"}]`),
+			path: "workers.nodes.w1.taints[0].value", pos: "9:73"},
+		{code: CodeFailureDomain,
+			pass: worker(`zone: "eu-1a"`),
+			fail: worker(`zone: "eu 1a"`),
+			path: "workers.nodes.w1.zone", pos: "9:50"},
+		{code: CodeFailureDomain, // a pool's zone list
+			pass: one + `workers: pools: p: {count: 2, namePattern: "p%d", firstAddress: "10.0.0.21", zones: ["a", "b"]}`,
+			fail: one + `workers: pools: p: {count: 2, namePattern: "p%d", firstAddress: "10.0.0.21", zones: ["a", "b;c"]}`,
+			path: "workers.pools.p.zones[1]", pos: "9:91"},
+		{code: CodeImage,
+			pass: one + `network: cni: images: flannel: "ghcr.io/flannel-io/flannel:v0.27.4"`,
+			fail: one + `network: cni: images: flannel: "flannel"`,
+			path: "network.cni.images.flannel", pos: "9:32"},
+		{code: CodeImage, // without tag or digest it pulls :latest
+			pass: one + `network: cni: images: flannel: "ghcr.io/flannel-io/flannel@sha256:` + sum + `"`,
+			fail: one + `network: cni: images: flannel: "ghcr.io/flannel-io/flannel"`,
+			path: "network.cni.images.flannel", pos: "9:32"},
+		{code: CodeImageComponent,
+			pass: one + `network: cni: images: "flannel-cni-plugin": "ghcr.io/flannel-io/flannel-cni-plugin:v1.8.0-flannel1"`,
+			fail: one + `network: cni: images: "calico-node": "quay.io/calico/node:v3.30.3"`,
+			path: `network.cni.images."calico-node"`, pos: "9:23"},
+		{code: CodeUserName,
+			pass: one + `access: users: alice: sshAuthorizedKeys: ["` + sshKey + `"]`,
+			fail: one + `access: users: etcd: sshAuthorizedKeys: ["` + sshKey + `"]`,
+			path: "access.users.etcd", pos: "9:16"},
+		{code: CodeSSHKey,
+			pass: one + `access: users: alice: sshAuthorizedKeys: ["` + sshKey + `"]`,
+			fail: one + `access: users: alice: sshAuthorizedKeys: ["` + sshKey + `\n` + sshKey + `"]`,
+			path: "access.users.alice.sshAuthorizedKeys[0]", pos: "9:43"},
+		{code: CodeURL,
+			pass: one + `install: artifacts: k: {url: "https://example.com/kubelet", sha256: "` + sum + `", path: "/usr/local/bin/kubelet"}`,
+			fail: one + `install: artifacts: k: {url: "https://user:secret@example.com/kubelet", sha256: "` + sum + `", path: "/usr/local/bin/kubelet"}`,
+			path: "install.artifacts.k.url", pos: "9:30"},
+		{code: CodeFilePath,
+			pass: one + `install: artifacts: k: {url: "https://example.com/kubelet", sha256: "` + sum + `", path: "/usr/local/bin/kubelet"}`,
+			fail: one + `install: artifacts: k: {url: "https://example.com/kubelet", sha256: "` + sum + `", path: "/usr/local/bin/kube let"}`,
+			path: "install.artifacts.k.path", pos: "9:143"},
+		{code: CodeArchiveMember,
+			pass: one + `install: artifacts: k: {url: "https://example.com/k.tgz", sha256: "` + sum + `", extract: "./kubelet": "/usr/local/bin/kubelet"}`,
+			fail: one + `install: artifacts: k: {url: "https://example.com/k.tgz", sha256: "` + sum + `", extract: "--to-command=sh": "/usr/local/bin/kubelet"}`,
+			path: `install.artifacts.k.extract."--to-command=sh"`, pos: "9:144"},
+		{code: CodeKernelArg,
+			pass: one + `boot: {matchboxURL: "http://mb.example.com:8080", kernel: "/assets/k", initrd: [], args: ["console=ttyS0"]}`,
+			fail: one + `boot: {matchboxURL: "http://mb.example.com:8080", kernel: "/assets/k", initrd: [], args: ["root=${root}"]}`,
+			path: "boot.args[0]", pos: "9:91"},
+		{code: CodeAdmission,
+			pass: one + `security: admission: plugins: ["NodeRestriction", "DenyServiceExternalIPs", "AlwaysPullImages"]`,
+			fail: one + `security: admission: plugins: ["NodeRestriction", "DenyServiceExternalIPs", "NodeRestriction,AlwaysAdmit"]`,
+			path: "security.admission.plugins[2]", pos: "9:77"},
+		{code: CodeParameters,
+			pass: storage + `storage: classes: c: {driver: "d.example.com", default: true, parameters: pool: "rbd"}`,
+			fail: storage + `storage: classes: c: {driver: "d.example.com", default: true, parameters: "": "rbd"}`,
+			path: `storage.classes.c.parameters.""`, pos: "10:75"},
+		{code: CodeMAC,
+			pass: strings.Replace(one, `address: "10.0.0.11"`, `{address: "10.0.0.11", mac: "52:54:00:00:00:11"}`, 1),
+			fail: strings.Replace(one, `address: "10.0.0.11"`, `{address: "10.0.0.11", mac: "01:00:5e:00:00:11"}`, 1),
+			path: "controlPlane.nodes.cp1.mac", pos: "7:55"},
 	}
 }

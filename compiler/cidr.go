@@ -2,6 +2,7 @@ package compiler
 
 import (
 	"fmt"
+	"github.com/kcompile/kcompile/compiler/diag"
 	"math/big"
 	"net/netip"
 	"strings"
@@ -18,7 +19,7 @@ func (m *model) prefix(path, s string) (netip.Prefix, bool) {
 	p, err := netip.ParsePrefix(s)
 	switch {
 	case err != nil:
-		m.report(CodeCIDRParse, path, fmt.Sprintf("%q is not a CIDR", s), `write an address range in prefix notation, such as "10.0.0.0/16"`)
+		m.report(CodeCIDRParse, path, fmt.Sprintf("%s is not a CIDR", diag.Quote(s)), `write an address range in prefix notation, such as "10.0.0.0/16"`)
 		p = netip.Prefix{}
 	case p.Masked() != p:
 		m.report(CodeCIDRParse, path, fmt.Sprintf("CIDR %s has host bits set", s), fmt.Sprintf("did you mean %s?", p.Masked()))

@@ -7,4 +7,5 @@ const (
 	CodeSchema     = "KC0003"
 	CodeMissing    = "KC0004"
 	CodeInternal   = "KC0005"
+	CodeAmbiguous  = "KC0006"
 )

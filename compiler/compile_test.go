@@ -83,6 +83,7 @@ apiVersion: "kcompile.dev/v1alpha1"
 name:       "Bad_Name"
 kubernetes: version: "1.37.2"
 controlPlane: nodes: cp1: address: "10.0.0.11"
+controlPlane: schedulable: true
 `,
 		"b.cue": `package cluster
 

@@ -106,14 +106,15 @@ func (l *loaded) disagreement(path string, ps []token.Pos) (string, bool) {
 	}
 	vals := make([]string, 0, len(written))
 	for _, p := range written {
-		vals = append(vals, fmt.Sprintf("%s at %s:%d:%d", l.sourceText(p), filepath.Base(p.Filename()), p.Line(), p.Column()))
+		vals = append(vals, fmt.Sprintf("%s at %s:%d:%d", sourceText(l.src, p), filepath.Base(p.Filename()), p.Line(), p.Column()))
 	}
 	return fmt.Sprintf("%s is set to different values: %s", path, strings.Join(vals, " and ")), true
 }
 
-// sourceText returns the literal written at p, for messages.
-func (l *loaded) sourceText(p token.Pos) string {
-	b, err := os.ReadFile(p.Filename())
+// sourceText returns the literal written at p, for messages, escaped and
+// cut for a terminal.
+func sourceText(src Source, p token.Pos) string {
+	b, err := readSpecFile(src, p.Filename())
 	if err != nil {
 		return "a value"
 	}
@@ -133,7 +134,27 @@ func (l *loaded) sourceText(p token.Pos) string {
 			rest = rest[:j+2]
 		}
 	}
-	return strings.TrimSpace(rest)
+	return diag.Printable(strings.TrimSpace(rest), maxLiteral)
+}
+
+// maxLiteral bounds a literal quoted from the spec into a message.
+const maxLiteral = 80
+
+// readSpecFile reads a spec file from the overlay or the disk.
+func readSpecFile(src Source, file string) ([]byte, error) {
+	for name, b := range src.Overlay {
+		if filepath.Join(src.Dir, name) == file || name == file {
+			return b, nil
+		}
+	}
+	if abs, err := filepath.Abs(src.Dir); err == nil {
+		for name, b := range src.Overlay {
+			if filepath.Join(abs, name) == file {
+				return b, nil
+			}
+		}
+	}
+	return os.ReadFile(file)
 }
 
 func kindOf(msg string) string {
@@ -274,8 +295,12 @@ func hintFor(msg, path string, l *loaded) string {
 		return "the value has the wrong type: write it as the schema declares (see the schema position)"
 	case strings.Contains(msg, "conflicting values"), strings.Contains(msg, "empty disjunction"):
 		return "the value does not match the schema: see the schema position for what is allowed"
+	case strings.Contains(msg, `=~"^[0-9]+\\.[0-9]+\\.[0-9]+$"`):
+		return `write MAJOR.MINOR.PATCH without a leading "v", such as "1.37.2": kcompile adds the prefix each release uses`
 	case strings.Contains(msg, "invalid value"), strings.Contains(msg, "out of bound"):
 		return "the value is outside what the schema allows: see the constraint at the schema position"
+	case strings.Contains(msg, "structural cycle"):
+		return "a value may not contain itself: refer to another field, or write the value out"
 	case strings.Contains(msg, "reference") && strings.Contains(msg, "not found"):
 		return "the spec refers to a name that is not defined; check its spelling"
 	}

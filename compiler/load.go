@@ -10,6 +10,7 @@ import (
 	"cuelang.org/go/cue"
 	"cuelang.org/go/cue/ast"
 	"cuelang.org/go/cue/build"
+	cueerrors "cuelang.org/go/cue/errors"
 	"cuelang.org/go/cue/load"
 	"cuelang.org/go/cue/parser"
 	"cuelang.org/go/cue/token"
@@ -33,6 +34,7 @@ type Source struct {
 // loaded is a spec after loading: the user's own value, the same value
 // unified with #Cluster, and where in the user's files each path was written.
 type loaded struct {
+	src     Source
 	user    cue.Value
 	value   cue.Value
 	version schema.Version
@@ -72,25 +74,7 @@ func loadSpec(ctx *cue.Context, src Source) (*loaded, diag.List) {
 	}
 	inst := insts[0]
 	if inst.Err != nil {
-		diags := fromCUE(inst.Err, CodeLoad, nil, "")
-		for i := range diags {
-			d := &diags[i]
-			switch {
-			case strings.Contains(d.Message, "no package name"):
-				file := strings.TrimSuffix(strings.TrimSpace(d.Message[strings.LastIndex(d.Message, "\n")+1:]), ": no package name")
-				d.Message = "spec file has no package clause"
-				d.Positions = []diag.Pos{{File: file, Line: 1, Column: 1}}
-				d.Hint = "start every .cue file of the spec with the same package clause, such as `package cluster`"
-			case strings.Contains(d.Message, "found packages"):
-				d.Hint = "a spec is one CUE package: give every .cue file in the directory the same package clause"
-			default:
-				d.Hint = "fix the syntax error at the position shown"
-			}
-			if len(d.Positions) == 0 {
-				d.Positions = []diag.Pos{{File: dir}}
-			}
-		}
-		return nil, diags
+		return nil, loadErrors(src, dir, inst.Err)
 	}
 	var orphans diag.List
 	for _, f := range append(inst.OrphanedFiles, inst.IgnoredFiles...) {
@@ -107,14 +91,16 @@ func loadSpec(ctx *cue.Context, src Source) (*loaded, diag.List) {
 		return nil, orphans
 	}
 	user := ctx.BuildInstance(inst)
-	l := &loaded{user: user, written: map[string][]token.Pos{}, labels: map[string][]token.Pos{}}
+	l := &loaded{src: src, user: user, written: map[string][]token.Pos{}, labels: map[string][]token.Pos{}}
 	if len(inst.BuildFiles) > 0 {
 		l.firstFile = inst.BuildFiles[0].Filename
 	}
+	// Recorded first, so that errors of the user's value alone (a
+	// structural cycle) can point where it was written.
+	recordWritten(user, l.written, l.labels)
 	if err := user.Err(); err != nil {
 		return nil, fromCUE(err, CodeSchema, l, "")
 	}
-	recordWritten(user, l.written, l.labels)
 
 	av := user.LookupPath(cue.MakePath(cue.Str("apiVersion")))
 	if !av.Exists() {
@@ -158,10 +144,93 @@ func loadSpec(ctx *cue.Context, src Source) (*loaded, diag.List) {
 		}
 		diags.Add(missingDiagnostic(l, path, v))
 	}
+	if ambiguous := ambiguities(l); len(ambiguous) > 0 {
+		// A disjunction left open leaves every value computed from it
+		// open too: report the choice the user has to make, once, and
+		// not the values waiting for it.
+		kept := ambiguous
+		for _, d := range diags {
+			if d.Code != CodeMissing && !strings.Contains(d.Message, "unresolved disjunction") && !strings.Contains(d.Message, "incomplete value") {
+				kept = append(kept, d)
+			}
+		}
+		diags = kept
+	}
 	if diags.HasErrors() {
 		return nil, diags
 	}
 	return l, nil
+}
+
+// ambiguities finds the disjunctions the user wrote that the schema does
+// not narrow to one value and that have no default.
+func ambiguities(l *loaded) diag.List {
+	var out diag.List
+	var walk func(v cue.Value)
+	walk = func(v cue.Value) {
+		if op, _ := v.Expr(); op == cue.OrOp {
+			path := v.Path().String()
+			eff := l.value.LookupPath(cue.ParsePath(path))
+			if _, hasDefault := eff.Default(); !hasDefault && !eff.IsConcrete() {
+				text := diag.Printable(fmt.Sprint(v), maxLiteral)
+				out.Add(diag.Diagnostic{Code: CodeAmbiguous, Severity: diag.Error, Path: path,
+					Message:   fmt.Sprintf("%s is ambiguous: %s leaves more than one value", path, text),
+					Positions: convertPositions(l.userPositions(path)),
+					Hint:      "choose one value, or mark the one to use with * (a default)"})
+			}
+			return
+		}
+		eachChild(v, walk)
+	}
+	walk(l.user)
+	return out
+}
+
+// loadErrors converts what CUE's loader reports (syntax errors, package
+// clauses, imports, unreadable files) into diagnostics that name the file
+// and what to do about it.
+func loadErrors(src Source, dir string, err error) diag.List {
+	var out diag.List
+	for _, e := range cueerrors.Errors(err) {
+		format, args := e.Msg()
+		msg := fmt.Sprintf(format, args...)
+		positions := convertPositions(cueerrors.Positions(e))
+		d := diag.Diagnostic{Code: CodeLoad, Severity: diag.Error, Message: msg, Positions: positions}
+		full := e.Error()
+		switch {
+		case strings.Contains(full, "no package name"):
+			file := strings.TrimSuffix(strings.TrimSpace(full[strings.LastIndex(full, "\n")+1:]), ": no package name")
+			d.Message = "spec file has no package clause"
+			d.Positions = []diag.Pos{{File: file, Line: 1, Column: 1}}
+			d.Hint = "start every .cue file of the spec with the same package clause, such as `package cluster`"
+		case strings.Contains(full, "found packages"):
+			d.Hint = "a spec is one CUE package: give every .cue file in the directory the same package clause"
+		case msg == "import failed" && len(d.Positions) > 0:
+			reason := full[strings.LastIndex(full, ": ")+2:]
+			d.Message = fmt.Sprintf("import %s cannot be loaded: %s", sourceText(src, cueerrors.Positions(e)[0]), reason)
+			d.Hint = "a spec may import CUE's standard library (such as \"strings\" or \"list\"); another package needs a CUE module (`cue mod init` in the spec directory, with the dependency), or write its values into the spec"
+		case len(d.Positions) == 0 && strings.HasPrefix(full, "open "):
+			// The loader could not open a file: a dangling or looping
+			// symbolic link, or a file it may not read.
+			file, reason, _ := strings.Cut(strings.TrimPrefix(full, "open "), ": ")
+			d.Message = fmt.Sprintf("spec file %s cannot be read: %s", diag.Quote(filepath.Base(file)), reason)
+			d.Positions = []diag.Pos{{File: file}}
+			d.Hint = "a symbolic link must lead to a readable .cue file: replace it by the file, or remove it"
+			if strings.Contains(reason, "too many levels of symbolic links") {
+				d.Message = fmt.Sprintf("spec file %s is a symbolic link that leads back to itself", diag.Quote(filepath.Base(file)))
+			}
+		default:
+			if strings.TrimSpace(msg) == "" || msg == "%s" {
+				d.Message = full
+			}
+			d.Hint = "fix the syntax error at the position shown"
+		}
+		if len(d.Positions) == 0 {
+			d.Positions = []diag.Pos{{File: dir}}
+		}
+		out = append(out, d)
+	}
+	return out
 }
 
 // consequence reports whether a missing value at path is only the

@@ -89,7 +89,8 @@ func lower(m *model) *ir.Cluster {
 	c.Runtime = ir.Runtime{Engine: s.Runtime.Engine, Version: s.Runtime.Version, CgroupDriver: s.Runtime.CgroupDriver, Socket: socket}
 	derive("runtime.socket", socket, "runtime.engine")
 	c.Kubelet = ir.Kubelet{CgroupDriver: s.Kubelet.CgroupDriver}
-	c.PKI = ir.PKI{KeyAlgorithm: s.PKI.KeyAlgorithm, CAValidity: parseValidity(s.PKI.CAValidity), LeafValidity: parseValidity(s.PKI.LeafValidity)}
+	c.PKI = ir.PKI{KeyAlgorithm: s.PKI.KeyAlgorithm, CAValidity: parseValidity(s.PKI.CAValidity), LeafValidity: parseValidity(s.PKI.LeafValidity),
+		ClockSkew: parseSkew(s.PKI.ClockSkew)}
 	c.Security = ir.Security{
 		EncryptionAtRest:   s.Security.EncryptionAtRest.Enabled,
 		EncryptionProvider: s.Security.EncryptionAtRest.Provider,
@@ -146,20 +147,16 @@ func lowerNetwork(m *model) ir.Network {
 	for _, p := range n.ServiceCIDRs {
 		n.FirstServiceIPs = append(n.FirstServiceIPs, p.Addr().Next())
 	}
+	// The checks (KC0314) made sure every range holds its tenth address.
 	if s.DNSServiceIP != "" {
 		n.DNSServiceIP = netip.MustParseAddr(s.DNSServiceIP)
-	} else if a, ok := nthAddr(n.ServiceCIDRs[0], 10); ok {
-		n.DNSServiceIP = a
 	} else {
-		// A service CIDR of fewer than 11 addresses: take its last
-		// usable one rather than fail, the checks accept the range.
-		n.DNSServiceIP = lastAddr(n.ServiceCIDRs[0]).Prev()
+		n.DNSServiceIP, _ = nthAddr(n.ServiceCIDRs[0], 10)
 	}
 	n.DNSServiceIPs = []netip.Addr{n.DNSServiceIP}
 	if len(n.ServiceCIDRs) > 1 {
-		if a, ok := nthAddr(n.ServiceCIDRs[1], 10); ok {
-			n.DNSServiceIPs = append(n.DNSServiceIPs, a)
-		}
+		a, _ := nthAddr(n.ServiceCIDRs[1], 10)
+		n.DNSServiceIPs = append(n.DNSServiceIPs, a)
 	}
 	overhead, _ := encapOverhead(s.CNI.Plugin, s.CNI.Mode, s.CNI.WireGuard)
 	n.PodMTU = s.MTU - overhead

@@ -1,6 +1,7 @@
 package compiler
 
 import (
+	"cuelang.org/go/cue"
 	"fmt"
 	"net/netip"
 	"regexp"
@@ -29,6 +30,9 @@ type model struct {
 	prefixes map[string]netip.Prefix
 	// profile is Source.Profile.
 	profile string
+	// unexpanded is set when a pool's nodes could not be computed, so
+	// that checks counting nodes keep quiet.
+	unexpanded bool
 }
 
 // mnode is one machine before lowering.
@@ -184,19 +188,21 @@ var namePatternVerb = regexp.MustCompile(`%0?[0-9]*d`)
 // at the pool, and the pool is not expanded further.
 func (m *model) expandPool(name string, p specPool) {
 	path := "workers.pools." + quoteLabel(name)
+	expanded := false
+	defer func() { m.unexpanded = m.unexpanded || !expanded }()
 	pattern := p.NamePattern
 	literal := strings.ReplaceAll(pattern, "%%", "")
 	verbs := namePatternVerb.FindAllStringIndex(literal, -1)
 	rest := namePatternVerb.ReplaceAllString(literal, "")
 	if len(verbs) != 1 || strings.Contains(rest, "%") {
 		m.report(CodePoolPattern, path+".namePattern",
-			fmt.Sprintf("name pattern %q must contain exactly one integer verb such as %%d or %%02d", pattern),
+			fmt.Sprintf("name pattern %s must contain exactly one integer verb such as %%d or %%02d", diag.Quote(pattern)),
 			`write the pattern like "w%02d" or "gpu-%d"`)
 		return
 	}
 	first, err := netip.ParseAddr(p.FirstAddress)
 	if err != nil {
-		m.report(CodeAddressParse, path+".firstAddress", fmt.Sprintf("first address %q is not an IP address", p.FirstAddress),
+		m.report(CodeAddressParse, path+".firstAddress", fmt.Sprintf("first address %s is not an IP address", diag.Quote(p.FirstAddress)),
 			`write an IPv4 or IPv6 address such as "10.0.1.10"`)
 		return
 	}
@@ -204,7 +210,7 @@ func (m *model) expandPool(name string, p specPool) {
 	if p.FirstSecondaryAddress != "" {
 		second, err = netip.ParseAddr(p.FirstSecondaryAddress)
 		if err != nil {
-			m.report(CodeAddressParse, path+".firstSecondaryAddress", fmt.Sprintf("first secondary address %q is not an IP address", p.FirstSecondaryAddress),
+			m.report(CodeAddressParse, path+".firstSecondaryAddress", fmt.Sprintf("first secondary address %s is not an IP address", diag.Quote(p.FirstSecondaryAddress)),
 				`write an address of the other IP family, such as "fd00::10"`)
 			return
 		}
@@ -244,6 +250,7 @@ func (m *model) expandPool(name string, p specPool) {
 		}
 		m.nodes = append(m.nodes, n)
 	}
+	expanded = true
 }
 
 func sortedKeys[V any](m map[string]V) []string {
@@ -257,12 +264,14 @@ func sortedKeys[V any](m map[string]V) []string {
 
 var identifier = regexp.MustCompile(`^[A-Za-z_$][A-Za-z0-9_$]*$`)
 
-// quoteLabel writes a field name as it appears in a CUE path.
+// quoteLabel writes a field name as it appears in a CUE path, exactly as
+// cue.Path.String writes it, so that paths built here find the positions
+// recorded from CUE.
 func quoteLabel(s string) string {
 	if identifier.MatchString(s) && !strings.HasPrefix(s, "_") && !strings.HasPrefix(s, "#") {
 		return s
 	}
-	return fmt.Sprintf("%q", s)
+	return cue.MakePath(cue.Str(s)).String()
 }
 
 func firstPos(ps []diag.Pos) ir.Pos {

@@ -23,7 +23,7 @@ type family struct {
 func families() []family {
 	return []family{
 		namesFamily(), addressesFamily(), networksFamily(), etcdFamily(), controlPlaneFamily(),
-		versionsFamily(), runtimeFamily(), cniFamily(), storageFamily(), pkiFamily(), installFamily(), cisFamily(),
+		versionsFamily(), runtimeFamily(), cniFamily(), storageFamily(), pkiFamily(), installFamily(), cisFamily(), valuesFamily(),
 	}
 }
 
@@ -36,6 +36,7 @@ func Rules() []Rule {
 		{CodeSchema, diag.Error, "schema", "a value does not match the schema: wrong type, value not allowed, unknown field"},
 		{CodeMissing, diag.Error, "schema", "a required value is not set"},
 		{CodeInternal, diag.Error, "internal", "kcompile failed internally; please report it"},
+		{CodeAmbiguous, diag.Error, "schema", "a value is a disjunction with more than one allowed value and no default"},
 	}
 	for _, f := range families() {
 		for _, r := range f.rules {

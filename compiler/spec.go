@@ -195,6 +195,7 @@ type specPKI struct {
 	KeyAlgorithm string `json:"keyAlgorithm"`
 	CAValidity   string `json:"caValidity"`
 	LeafValidity string `json:"leafValidity"`
+	ClockSkew    string `json:"clockSkew"`
 }
 
 type specSecurity struct {

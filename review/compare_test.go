@@ -33,7 +33,7 @@ func TestTextDiffAppliesWithGNUPatch(t *testing.T) {
 			t.Fatal(err)
 		}
 		dir := t.TempDir()
-		if err := targets.Write(filepath.Join(dir, "t"), base, false); err != nil {
+		if _, err := targets.Write(filepath.Join(dir, "t"), base, targets.WriteOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		cmd := exec.Command("patch", "-p1", "--batch", "--force", "--remove-empty-files", "--no-backup-if-mismatch", "-d", filepath.Join(dir, "t"))

@@ -131,14 +131,16 @@ func WithSummaries(tree *targets.Tree) (*targets.Tree, error) {
 
 // ReadDir reads a directory written by a target (or a golden directory)
 // back into a tree, with the files' modes. Symbolic links and other
-// special files are refused: trees hold regular files only.
+// special files are refused: trees hold regular files only. The manifest
+// at the root is the writer's record, not part of the tree.
 func ReadDir(dir string) (*targets.Tree, error) {
 	if _, err := os.Stat(dir); err != nil {
 		return nil, err
 	}
 	tree := targets.NewTree()
+	manifest := filepath.Join(dir, targets.ManifestName)
 	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
+		if err != nil || d.IsDir() || p == manifest {
 			return err
 		}
 		if !d.Type().IsRegular() {

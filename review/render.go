@@ -3,6 +3,7 @@ package review
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/kcompile/kcompile/compiler/diag"
 	"io"
 	"strings"
 )
@@ -74,52 +75,66 @@ func colours(on bool) palette {
 
 // WriteText prints the report for a terminal or a file. Without colour
 // the whole output is a patch: `patch -p1` in the base tree applies every
-// text file's change and skips the rest.
+// text file's change and skips the rest. Control characters of the
+// compared files are escaped (a spec value must not reach the reviewer's
+// terminal as an escape sequence); colour is added after that.
 func (r *Report) WriteText(w io.Writer, colour bool) error {
-	p := colours(colour)
 	var b strings.Builder
-	fmt.Fprintf(&b, "%skcompile diff %s → %s%s\n", p.bold, r.Base, r.Head, p.reset)
+	fmt.Fprintf(&b, "kcompile diff %s → %s\n", r.Base, r.Head)
 	if r.Equal() {
 		b.WriteString("no differences\n")
-		_, err := io.WriteString(w, b.String())
-		return err
-	}
-	for i, l := range r.summaryLines() {
-		b.WriteString(l + "\n")
-		if i == 0 {
-			for _, n := range r.Nodes {
-				b.WriteString("  " + nodeLine(n) + "\n")
+	} else {
+		for i, l := range r.summaryLines() {
+			b.WriteString(l + "\n")
+			if i == 0 {
+				for _, n := range r.Nodes {
+					b.WriteString("  " + nodeLine(n) + "\n")
+				}
 			}
 		}
-	}
-	for _, n := range r.Notes {
-		b.WriteString("note: " + n + "\n")
-	}
-	for _, f := range r.Files {
-		fmt.Fprintf(&b, "\n%s%s%s\n", p.bold, fileHeader(f), p.reset)
-		for _, d := range f.Details {
-			b.WriteString("    " + d + "\n")
+		for _, n := range r.Notes {
+			b.WriteString("note: " + n + "\n")
 		}
-		for _, l := range strings.SplitAfter(f.Unified, "\n") {
-			if l == "" {
-				continue
+		for _, f := range r.Files {
+			fmt.Fprintf(&b, "\n%s\n", fileHeader(f))
+			for _, d := range f.Details {
+				b.WriteString("    " + d + "\n")
 			}
-			switch {
-			case colour && (strings.HasPrefix(l, "--- ") || strings.HasPrefix(l, "+++ ")):
-				b.WriteString(p.bold + strings.TrimSuffix(l, "\n") + p.reset + "\n")
-			case colour && strings.HasPrefix(l, "@@"):
-				b.WriteString(p.cyan + strings.TrimSuffix(l, "\n") + p.reset + "\n")
-			case colour && strings.HasPrefix(l, "+"):
-				b.WriteString(p.green + strings.TrimSuffix(l, "\n") + p.reset + "\n")
-			case colour && strings.HasPrefix(l, "-"):
-				b.WriteString(p.red + strings.TrimSuffix(l, "\n") + p.reset + "\n")
-			default:
-				b.WriteString(l)
-			}
+			b.WriteString(f.Unified)
 		}
 	}
-	_, err := io.WriteString(w, b.String())
+	text := diag.Printable(b.String(), 0, '\n')
+	if colour {
+		text = colourise(text)
+	}
+	_, err := io.WriteString(w, text)
 	return err
+}
+
+// colourise colours the lines of a text report for a terminal.
+func colourise(text string) string {
+	p := colours(true)
+	lines := strings.SplitAfter(text, "\n")
+	var b strings.Builder
+	for i, l := range lines {
+		body := strings.TrimSuffix(l, "\n")
+		nl := l[len(body):]
+		switch {
+		case body == "":
+			b.WriteString(l)
+		case i == 0 || strings.HasPrefix(body, "=== ") || strings.HasPrefix(body, "--- ") || strings.HasPrefix(body, "+++ "):
+			b.WriteString(p.bold + body + p.reset + nl)
+		case strings.HasPrefix(body, "@@"):
+			b.WriteString(p.cyan + body + p.reset + nl)
+		case strings.HasPrefix(body, "+"):
+			b.WriteString(p.green + body + p.reset + nl)
+		case strings.HasPrefix(body, "-"):
+			b.WriteString(p.red + body + p.reset + nl)
+		default:
+			b.WriteString(l)
+		}
+	}
+	return b.String()
 }
 
 // WriteMarkdown prints the report as a pull-request comment: the summary
@@ -187,7 +202,7 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 		}
 		b.WriteString("</details>\n")
 	}
-	_, err := io.WriteString(w, b.String())
+	_, err := io.WriteString(w, diag.Printable(b.String(), 0, '\n'))
 	return err
 }
 

@@ -1,53 +1,64 @@
 package review
 
 import (
+	"github.com/kcompile/kcompile/targets/unitfile"
 	"slices"
 	"strings"
 )
 
-// unitDirectives reads a systemd unit into "[Section] Key" → values, in
-// order, joining continuation lines as systemd does.
-func unitDirectives(data []byte) (map[string][]string, []string) {
-	out := map[string][]string{}
-	var order []string
-	section := ""
-	var pending strings.Builder
-	lines := strings.Split(string(data), "\n")
-	for i := 0; i < len(lines); i++ {
-		line := strings.TrimSpace(lines[i])
-		if line == "" || line[0] == '#' || line[0] == ';' {
-			continue
-		}
-		if strings.HasPrefix(line, "[") && strings.HasSuffix(line, "]") {
-			section = line
-			continue
-		}
-		pending.Reset()
-		for strings.HasSuffix(line, "\\") && i+1 < len(lines) {
-			pending.WriteString(strings.TrimSuffix(line, "\\"))
-			pending.WriteByte(' ')
-			i++
-			line = strings.TrimSpace(lines[i])
-		}
-		pending.WriteString(line)
-		key, value, ok := strings.Cut(pending.String(), "=")
-		if !ok {
-			continue
-		}
-		k := section + " " + strings.TrimSpace(key)
-		if _, seen := out[k]; !seen {
-			order = append(order, k)
-		}
-		out[k] = append(out[k], strings.Join(strings.Fields(value), " "))
+// unitDirectives reads a systemd unit with the parser the target
+// verifies its units with, into "[Section] Key" → values in order; Exec
+// settings keep their arguments as systemd splits them. False when the
+// file is not a unit kcompile could have written.
+func unitDirectives(data []byte) (map[string][]unitfile.Directive, []string, bool) {
+	u, err := unitfile.Parse(data)
+	if err != nil {
+		return nil, nil, false
 	}
-	return out, order
+	out := map[string][]unitfile.Directive{}
+	var order []string
+	for _, s := range u.Sections {
+		for _, d := range s.Directives {
+			k := "[" + s.Name + "] " + d.Key
+			if _, seen := out[k]; !seen {
+				order = append(order, k)
+			}
+			out[k] = append(out[k], d)
+		}
+	}
+	return out, order, true
+}
+
+// shown is how a directive's value is printed: a command line's
+// arguments quoted as the unit writes them.
+func shown(d unitfile.Directive) string {
+	if d.Command == nil {
+		return d.Value
+	}
+	words := make([]string, len(d.Command.Argv))
+	for i, a := range d.Command.Argv {
+		words[i], _ = unitfile.QuoteArg(a)
+	}
+	return d.Command.Prefix + strings.Join(words, " ")
+}
+
+func shownAll(ds []unitfile.Directive) []string {
+	out := make([]string, len(ds))
+	for i, d := range ds {
+		out[i] = shown(d)
+	}
+	return out
 }
 
 // unitLines describes how a unit changed, directive by directive; the
-// command lines of Exec directives flag by flag.
+// command lines of Exec directives flag by flag. A file that does not
+// read as a unit is described by its unified diff alone.
 func unitLines(old, new []byte) []string {
-	a, orderA := unitDirectives(old)
-	b, orderB := unitDirectives(new)
+	a, orderA, okA := unitDirectives(old)
+	b, orderB, okB := unitDirectives(new)
+	if !okA || !okB {
+		return nil
+	}
 	keys := slices.Clone(orderA)
 	for _, k := range orderB {
 		if !slices.Contains(keys, k) {
@@ -56,13 +67,12 @@ func unitLines(old, new []byte) []string {
 	}
 	var out []string
 	for _, k := range keys {
-		va, vb := a[k], b[k]
+		va, vb := shownAll(a[k]), shownAll(b[k])
 		if slices.Equal(va, vb) {
 			continue
 		}
-		_, key, _ := strings.Cut(k, " ")
-		if strings.HasPrefix(key, "Exec") && len(va) == 1 && len(vb) == 1 {
-			out = append(out, commandLines(k, va[0], vb[0])...)
+		if len(a[k]) == 1 && len(b[k]) == 1 && a[k][0].Command != nil && b[k][0].Command != nil {
+			out = append(out, commandLines(k, *a[k][0].Command, *b[k][0].Command)...)
 			continue
 		}
 		switch {
@@ -79,9 +89,9 @@ func unitLines(old, new []byte) []string {
 
 // commandLines compares two command lines by program, flags and other
 // arguments.
-func commandLines(k, a, b string) []string {
-	progA, flagsA, argsA := splitCommand(a)
-	progB, flagsB, argsB := splitCommand(b)
+func commandLines(k string, a, b unitfile.Command) []string {
+	progA, flagsA, argsA := splitCommand(a.Argv)
+	progB, flagsB, argsB := splitCommand(b.Argv)
 	var out []string
 	if progA != progB {
 		out = append(out, k+" program: "+progA+" → "+progB)
@@ -116,10 +126,9 @@ func commandLines(k, a, b string) []string {
 	return out
 }
 
-// splitCommand splits "prog --a=1 --b x" into its program, flags (a
+// splitCommand splits [prog --a=1 --b x] into its program, flags (a
 // repeated flag's values joined by ", ") and other arguments.
-func splitCommand(s string) (string, map[string]string, []string) {
-	words := strings.Fields(s)
+func splitCommand(words []string) (string, map[string]string, []string) {
 	flags := map[string]string{}
 	var args []string
 	if len(words) == 0 {

@@ -37,8 +37,8 @@ func TestWriteAtomicAndModes(t *testing.T) {
 	tr := NewTree()
 	must(t, tr.Add("nodes/cp1/etc/kubernetes/pki/ca.crt", []byte("cert"), 0o644))
 	must(t, tr.Add("nodes/cp1/etc/kubernetes/pki/ca.key", []byte("key"), 0o600))
-	must(t, Write(dir, tr, false))
-	for p, want := range map[string]os.FileMode{"nodes/cp1/etc/kubernetes/pki/ca.crt": 0o644, "nodes/cp1/etc/kubernetes/pki/ca.key": 0o600} {
+	must(t, write(dir, tr, WriteOptions{}))
+	for p, want := range map[string]os.FileMode{"nodes/cp1/etc/kubernetes/pki/ca.crt": 0o644, "nodes/cp1/etc/kubernetes/pki/ca.key": 0o600, ManifestName: 0o600} {
 		fi, err := os.Stat(filepath.Join(dir, p))
 		if err != nil {
 			t.Fatal(err)
@@ -47,14 +47,10 @@ func TestWriteAtomicAndModes(t *testing.T) {
 			t.Errorf("%s has mode %04o under umask 077, want %04o", p, fi.Mode().Perm(), want)
 		}
 	}
-	// Without replace an existing tree is kept, and nothing is left behind.
+	// Our own unchanged tree is replaced entirely, not merged.
 	tr2 := NewTree()
 	must(t, tr2.Add("other", []byte("x"), 0o644))
-	if err := Write(dir, tr2, false); err == nil {
-		t.Error("an existing tree was replaced without replace")
-	}
-	// With replace the old tree is gone entirely, not merged.
-	must(t, Write(dir, tr2, true))
+	must(t, write(dir, tr2, WriteOptions{}))
 	if _, err := os.Stat(filepath.Join(dir, "nodes")); !os.IsNotExist(err) {
 		t.Errorf("old files survive a replace: %v", err)
 	}
@@ -70,7 +66,7 @@ func TestWriteAtomicAndModes(t *testing.T) {
 	}
 }
 
-func must(t *testing.T, err error) {
+func must(t testing.TB, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)

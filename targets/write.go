@@ -3,26 +3,108 @@ package targets
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"syscall"
 )
+
+// WriteOptions are what the caller of Write decides.
+type WriteOptions struct {
+	// Version is the kcompile version recorded in the manifest.
+	Version string
+	// Replace writes even over what kcompile cannot prove it wrote. Even
+	// then nothing is deleted: the old entry is moved aside.
+	Replace bool
+}
+
+// WriteResult says what Write did besides writing the tree.
+type WriteResult struct {
+	// MovedAside is where the previous entry at dir now lives when it
+	// was not provably kcompile's own and so was kept; "" otherwise.
+	MovedAside string
+}
+
+// LockedError is returned when another Write holds the output
+// directory.
+type LockedError struct{ Dir string }
+
+func (e *LockedError) Error() string {
+	return fmt.Sprintf("another kcompile is writing to %s; run again when it has finished", e.Dir)
+}
 
 // Write puts the tree at dir atomically: it is built in a temporary
 // sibling directory, synced, and renamed into place, so dir holds either
-// the old tree or the complete new one, never a partial one. An existing
-// dir is replaced only when replace is true.
-func Write(dir string, t *Tree, replace bool) (err error) {
+// the old tree or the complete new one, never a partial one. The tree is
+// recorded in a manifest at its root (ManifestName).
+//
+// An existing dir is replaced only when it is an empty directory or a tree
+// whose manifest matches what is on disk; anything else is refused with a
+// *ForeignError before a byte is written, unless opts.Replace moves it
+// aside. Writes into one parent directory are serialised by a lock on it;
+// the loser gets a *LockedError.
+func Write(dir string, t *Tree, opts WriteOptions) (res WriteResult, err error) {
 	dir = filepath.Clean(dir)
+	if _, clash := t.Get(ManifestName); clash {
+		return res, fmt.Errorf("kcompile bug: a tree holds %s", ManifestName)
+	}
 	parent := filepath.Dir(dir)
 	if err := os.MkdirAll(parent, 0o755); err != nil {
-		return err
+		return res, err
 	}
-	if _, err := os.Lstat(dir); err == nil && !replace {
-		return fmt.Errorf("%s already exists", dir)
-	}
-	tmp, err := os.MkdirTemp(parent, "."+filepath.Base(dir)+".tmp-")
+	unlock, err := lockDir(parent)
 	if err != nil {
-		return err
+		return res, err
+	}
+	defer unlock()
+
+	exists, err := inspect(dir)
+	var foreign *ForeignError
+	if err != nil && !(errors.As(err, &foreign) && opts.Replace) {
+		return res, err
+	}
+	tmp, err := writeTemp(parent, filepath.Base(dir), t, opts.Version)
+	if err != nil {
+		return res, err
+	}
+	aside := ""
+	if exists {
+		if aside, err = moveAside(dir); err != nil {
+			os.RemoveAll(tmp)
+			return res, err
+		}
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		os.RemoveAll(tmp)
+		if aside != "" {
+			err = errors.Join(err, os.Rename(aside, dir))
+		}
+		return res, err
+	}
+	if err := syncDir(parent); err != nil {
+		return res, err
+	}
+	if aside == "" {
+		return res, nil
+	}
+	// The manifest proved the old tree ours before the new one was
+	// written; it is checked again because something may have changed it
+	// meanwhile, and what changed is kept.
+	if foreign == nil {
+		if _, err := inspect(aside); err == nil {
+			return res, os.RemoveAll(aside)
+		}
+	}
+	res.MovedAside = aside
+	return res, nil
+}
+
+// writeTemp writes the tree and its manifest into a new hidden sibling
+// of the destination and flushes it to disk.
+func writeTemp(parent, base string, t *Tree, version string) (tmp string, err error) {
+	tmp, err = os.MkdirTemp(parent, "."+base+".tmp-")
+	if err != nil {
+		return "", err
 	}
 	defer func() {
 		if err != nil {
@@ -31,59 +113,83 @@ func Write(dir string, t *Tree, replace bool) (err error) {
 	}()
 	// MkdirTemp creates 0700; the tree's root is an ordinary directory.
 	if err := os.Chmod(tmp, 0o755); err != nil {
-		return err
+		return "", err
 	}
+	files := t.Files()
 	dirs := map[string]bool{}
-	for _, f := range t.Files() {
+	for _, f := range files {
 		p := filepath.Join(tmp, filepath.FromSlash(f.Path))
 		if d := filepath.Dir(p); !dirs[d] {
 			if err := os.MkdirAll(d, 0o755); err != nil {
-				return err
+				return "", err
 			}
 			dirs[d] = true
 		}
-		// O_EXCL and an explicit chmod: the mode must not depend on the
-		// umask, and a private key must never exist with wider bits.
-		fh, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, f.Mode)
-		if err != nil {
-			return err
+		if err := writeFile(p, f.Data, f.Mode); err != nil {
+			return "", err
 		}
-		if err := fh.Chmod(f.Mode); err != nil {
-			fh.Close()
-			return err
-		}
-		if _, err := fh.Write(f.Data); err != nil {
-			fh.Close()
-			return err
-		}
-		if err := fh.Close(); err != nil {
-			return err
-		}
+	}
+	if err := writeFile(filepath.Join(tmp, ManifestName), encodeManifest(version, files), manifestMode); err != nil {
+		return "", err
 	}
 	// One sync of the file system instead of one per file: writing
 	// thousands of files with an fsync each is 30 times slower.
-	if err := syncTree(tmp); err != nil {
+	return tmp, syncTree(tmp)
+}
+
+// writeFile creates p with O_EXCL and an explicit chmod: the mode must not
+// depend on the umask, and a private key must never exist with wider bits.
+func writeFile(p string, data []byte, mode fs.FileMode) error {
+	fh, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
+	if err != nil {
 		return err
 	}
-	old := ""
-	if _, err := os.Lstat(dir); err == nil {
-		old = tmp + ".old"
-		if err := os.Rename(dir, old); err != nil {
-			return err
-		}
-	}
-	if err := os.Rename(tmp, dir); err != nil {
-		if old != "" {
-			err = errors.Join(err, os.Rename(old, dir))
-		}
+	if err := fh.Chmod(mode); err != nil {
+		fh.Close()
 		return err
 	}
-	if old != "" {
-		if err := os.RemoveAll(old); err != nil {
-			return err
-		}
+	if _, err := fh.Write(data); err != nil {
+		fh.Close()
+		return err
 	}
-	return syncDir(parent)
+	return fh.Close()
+}
+
+// moveAside renames dir to the first free name dir.replaced-N beside it
+// and returns that name. The name is reserved with Mkdir, which fails when
+// it is taken, so nothing there is ever overwritten.
+func moveAside(dir string) (string, error) {
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return "", err
+	}
+	for n := 1; n <= 1000; n++ {
+		aside := fmt.Sprintf("%s.replaced-%d", dir, n)
+		err := os.Mkdir(aside, 0o700)
+		if errors.Is(err, fs.ErrExist) {
+			continue
+		}
+		if err != nil {
+			return "", err
+		}
+		// A directory is renamed onto the empty reservation, with
+		// rename(2) itself: os.Rename refuses any directory there. Nothing
+		// else can replace a directory, so then the reservation goes first.
+		if !fi.IsDir() {
+			if err := os.Remove(aside); err != nil {
+				return "", err
+			}
+		}
+		if err := syscall.Rename(dir, aside); err != nil {
+			err = &os.LinkError{Op: "rename", Old: dir, New: aside, Err: err}
+			if fi.IsDir() {
+				os.Remove(aside)
+			}
+			return "", err
+		}
+		return aside, nil
+	}
+	return "", fmt.Errorf("%s.replaced-1 to -1000 all exist; remove some", dir)
 }
 
 func syncDir(dir string) error {

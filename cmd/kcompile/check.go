@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/kcompile/kcompile/compiler"
+	"github.com/kcompile/kcompile/compiler/diag"
 	"github.com/kcompile/kcompile/compiler/ir"
 	"github.com/kcompile/kcompile/compiler/pki"
 )
@@ -21,10 +22,12 @@ func (c *checkCmd) Run(e *env) error {
 	if cluster != nil {
 		var b *pki.Bundle
 		if c.Secrets != "" {
+			var bundleDiags diag.List
 			var err error
-			if b, err = loadBundle(c.Secrets); err != nil {
+			if b, bundleDiags, err = loadBundle(c.Secrets); err != nil {
 				return err
 			}
+			diags = append(diags, bundleDiags...)
 		}
 		diags = append(diags, pki.Check(cluster, b, e.now)...).Sorted()
 		if diags.HasErrors() {

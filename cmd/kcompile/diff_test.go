@@ -127,7 +127,7 @@ func TestDiffShowsNoSecret(t *testing.T) {
 func TestDiffGolden(t *testing.T) {
 	t.Setenv("SOURCE_DATE_EPOCH", "1780272000")
 	out := filepath.Join(t.TempDir(), "out")
-	if code, o, e := kcompile(t, "", "build", "../../examples/ha-stacked", "-s", "../../testdata/test-secrets.json", "-o", out); code != 0 {
+	if code, o, e := kcompile(t, "", "build", "../../examples/ha-stacked", "-s", testSecrets(t), "-o", out); code != 0 {
 		t.Fatalf("build: %s%s", o, e)
 	}
 	built := filepath.Join(out, "systemd")

@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/kcompile/kcompile/compiler"
+	"github.com/kcompile/kcompile/compiler/diag"
 	"github.com/kcompile/kcompile/compiler/ir"
 )
 
@@ -48,7 +49,7 @@ func (c *explainCmd) Run(e *env) error {
 		rows = append(rows, explained{Path: s.Path, Value: s.Value, Origin: string(o.Kind), File: o.Pos.File, Line: o.Pos.Line, Column: o.Pos.Column, From: o.From})
 	}
 	if len(rows) == 0 {
-		return statusError{code: exitProblems, msg: fmt.Sprintf("no value at %s%s", c.Path, suggestPaths(cluster.Settings, c.Path))}
+		return statusError{code: exitProblems, msg: fmt.Sprintf("no value at %s%s", diag.Printable(c.Path, maxShown), diag.Printable(suggestPaths(cluster.Settings, c.Path), maxShown*10))}
 	}
 	if c.Output == "json" {
 		enc := json.NewEncoder(e.stdout)
@@ -57,10 +58,15 @@ func (c *explainCmd) Run(e *env) error {
 	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%s\t%s\n", r.Path, r.Value, describeOrigin(r))
+		// Paths and values are the spec's text: escaped, and a long
+		// value cut with its length shown.
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", diag.Printable(r.Path, maxShown), diag.Printable(r.Value, maxShown), diag.Printable(describeOrigin(r), maxShown))
 	}
 	return tw.Flush()
 }
+
+// maxShown bounds one value in a listing.
+const maxShown = 200
 
 func describeOrigin(r explained) string {
 	pos := r.File

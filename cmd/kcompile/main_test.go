@@ -2,12 +2,14 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rogpeppe/go-internal/testscript"
 )
@@ -23,12 +25,48 @@ func TestMain(m *testing.M) {
 // test-only secrets bundle in $WORK/secrets.json, so paths in expected
 // output are short and stable, and with SOURCE_DATE_EPOCH set.
 func TestScripts(t *testing.T) {
+	testscript.Run(t, scriptParams(t, "testdata/script"))
+}
+
+// TestHostile runs the hostile corpus in testdata/hostile: mistaken and
+// malicious specs, bundles and output directories, each a script that
+// asserts the exit status and the code and position of what is reported.
+// No case may take longer than maxHostile.
+func TestHostile(t *testing.T) {
+	const minCases = 60
+	cases, err := filepath.Glob("testdata/hostile/*.txtar")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cases) < minCases {
+		t.Errorf("the hostile corpus has %d cases; it must keep at least %d", len(cases), minCases)
+	}
+	p := scriptParams(t, "testdata/hostile")
+	setup := p.Setup
+	p.Setup = func(env *testscript.Env) error {
+		start := time.Now()
+		env.Defer(func() {
+			if d := time.Since(start); d > maxHostile {
+				env.T().Fatal(fmt.Sprintf("took %s; a hostile case must finish within %s", d.Round(time.Millisecond), maxHostile))
+			}
+		})
+		return setup(env)
+	}
+	testscript.Run(t, p)
+}
+
+// maxHostile bounds each hostile case: bad input is refused quickly.
+const maxHostile = 10 * time.Second
+
+// scriptParams are the testscript parameters shared by the script
+// directories.
+func scriptParams(t *testing.T, dir string) testscript.Params {
 	examples, err := filepath.Abs("../../examples")
 	if err != nil {
 		t.Fatal(err)
 	}
-	testscript.Run(t, testscript.Params{
-		Dir:                 "testdata/script",
+	return testscript.Params{
+		Dir:                 dir,
 		RequireExplicitExec: true,
 		UpdateScripts:       os.Getenv("KCOMPILE_UPDATE") != "",
 		Cmds:                map[string]func(*testscript.TestScript, bool, []string){"status": status},
@@ -47,7 +85,7 @@ func TestScripts(t *testing.T) {
 			}
 			return os.CopyFS(filepath.Join(env.WorkDir, "examples"), os.DirFS(examples))
 		},
-	})
+	}
 }
 
 // status runs a program and checks its exit status: "status 2 kcompile

@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/kcompile/kcompile/compiler/diag"
 	"github.com/kcompile/kcompile/compiler/pki"
 )
 
@@ -52,7 +53,10 @@ func (c *pkiListCmd) Run(e *env) error {
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "CERTIFICATE\tSUBJECT\tISSUER\tSANS\tUSAGES\tALGORITHM\tNOT AFTER")
 	for _, i := range inv {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", i.ID, i.Subject, i.Issuer, orDash(strings.Join(i.SANs, ",")),
+		// Names and addresses come from the spec: escaped for the
+		// terminal.
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", diag.Printable(i.ID, maxShown), diag.Printable(i.Subject, maxShown),
+			diag.Printable(i.Issuer, maxShown), diag.Printable(orDash(strings.Join(i.SANs, ",")), maxShown*10),
 			strings.Join(i.Usages, ","), i.Algorithm, i.NotAfter.Format(time.DateOnly))
 	}
 	return tw.Flush()
@@ -73,7 +77,7 @@ type pkiExpiryCmd struct {
 func (c *pkiExpiryCmd) Run(e *env) error {
 	var within time.Duration
 	if c.FailWithin != "" {
-		d, err := parseDuration(c.FailWithin)
+		d, err := parseDuration("fail-within", c.FailWithin, pki.MaxCAValidity)
 		if err != nil {
 			return statusError{code: exitUsage, msg: err.Error()}
 		}
@@ -128,9 +132,15 @@ func (c *pkiRenewCmd) Run(e *env) error {
 	if err != nil {
 		return err
 	}
-	b, err := loadBundle(c.Secrets)
+	b, diags, err := loadBundle(c.Secrets)
 	if err != nil {
 		return err
+	}
+	if diags.HasErrors() {
+		if err := diags.Relative(e.cwd).WriteText(e.stderr); err != nil {
+			return err
+		}
+		return statusError{code: exitProblems, msg: "not renewed: cannot use the secrets bundle " + c.Secrets}
 	}
 	epoch := e.now
 	if c.Epoch != "" {
@@ -139,11 +149,16 @@ func (c *pkiRenewCmd) Run(e *env) error {
 		}
 	}
 	renewed := b.Renew(epoch)
-	if diags := pki.Check(cl, renewed, e.now); diags.HasErrors() {
+	// The epoch must lie inside every CA's validity and the leaves must
+	// end inside it too (KC1108, KC1104); warnings are shown as well,
+	// since this is when the epoch is chosen.
+	if diags := pki.Check(cl, renewed, e.now); len(diags) > 0 {
 		if err := diags.Relative(e.cwd).WriteText(e.stderr); err != nil {
 			return err
 		}
-		return statusError{code: exitProblems, msg: "not renewed: the bundle was left as it was"}
+		if diags.HasErrors() {
+			return statusError{code: exitProblems, msg: "not renewed: the bundle was left as it was"}
+		}
 	}
 	data, err := renewed.Marshal()
 	if err != nil {
@@ -195,7 +210,7 @@ func (c *pkiVerifyCmd) Run(e *env) error {
 		}
 	} else {
 		for _, p := range problems {
-			fmt.Fprintln(e.stdout, p)
+			fmt.Fprintln(e.stdout, diag.Printable(p.String(), maxShown*10))
 		}
 	}
 	if len(problems) > 0 {

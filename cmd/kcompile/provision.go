@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"os/exec"
@@ -14,13 +15,13 @@ import (
 	"strings"
 	"time"
 
-	"github.com/kcompile/kcompile/targets"
 	"github.com/kcompile/kcompile/targets/terraform"
 )
 
 type provisionCmd struct {
 	specAndSecrets
-	Out              string `short:"o" default:"out" help:"Output directory: the module is written to OUT/terraform (replaced on every run) and the state kept in OUT/terraform-state (private)."`
+	Out              string `short:"o" default:"out" help:"Output directory: the module is written to OUT/terraform (replacing only a module kcompile wrote there that is unchanged since) and the state kept in OUT/terraform-state (private)."`
+	Replace          bool   `help:"Write the module even when OUT/terraform holds something kcompile did not write or that changed since; it is moved aside to OUT/terraform.replaced-N, never deleted."`
 	MatchboxEndpoint string `name:"matchbox-endpoint" required:"" placeholder:"HOST:PORT" help:"Matchbox's gRPC API (matchbox -rpc-address)."`
 	MatchboxCA       string `name:"matchbox-ca" required:"" type:"existingfile" placeholder:"FILE" help:"PEM CA certificate that signed Matchbox's gRPC server certificate."`
 	MatchboxCert     string `name:"matchbox-cert" required:"" type:"existingfile" placeholder:"FILE" help:"PEM client certificate for Matchbox's gRPC API."`
@@ -35,7 +36,12 @@ type provisionCmd struct {
 // endpoint and then report a bare gRPC timeout.
 const reachTimeout = 10 * time.Second
 
-func (c *provisionCmd) Run(e *env) error {
+// tofuLock is the dependency lock file init writes into the module. It is
+// the tool's, so between runs it is kept beside the state: the module
+// stays exactly what kcompile wrote, and the next write may replace it.
+const tofuLock = ".terraform.lock.hcl"
+
+func (c *provisionCmd) Run(e *env) (err error) {
 	m, err := c.issue(e)
 	if err != nil {
 		return err
@@ -58,7 +64,7 @@ func (c *provisionCmd) Run(e *env) error {
 	}
 
 	moduleDir := filepath.Join(c.Out, "terraform")
-	if err := targets.Write(moduleDir, tree, true); err != nil {
+	if err := writeTree(e, moduleDir, tree, c.Replace); err != nil {
 		return err
 	}
 	absModule, err := filepath.Abs(moduleDir)
@@ -69,6 +75,15 @@ func (c *provisionCmd) Run(e *env) error {
 	if err != nil {
 		return err
 	}
+	inModule, kept := filepath.Join(absModule, tofuLock), filepath.Join(filepath.Dir(r.StatePath()), tofuLock)
+	if err := renameIfExists(kept, inModule); err != nil {
+		return err
+	}
+	defer func() {
+		if kErr := renameIfExists(inModule, kept); err == nil {
+			err = kErr
+		}
+	}()
 	fmt.Fprintf(e.stdout, "module %s written; running %s\n", moduleDir, filepath.Base(tool))
 	if err := r.Init(ctx); err != nil {
 		return err
@@ -114,6 +129,14 @@ func (c *provisionCmd) Run(e *env) error {
 		return statusError{code: exitProblems, msg: msg + "; run provision again to finish, or with --destroy to remove them"}
 	}
 	fmt.Fprintf(e.stdout, "applied: %s\n", plan.Summary())
+	return nil
+}
+
+// renameIfExists renames from to to when from exists.
+func renameIfExists(from, to string) error {
+	if err := os.Rename(from, to); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
 	return nil
 }
 

@@ -209,7 +209,7 @@ func TestProvisionMatchbox(t *testing.T) {
 	replaceIn(t, filepath.Join(spec, "cluster.cue"), "http://10.0.0.5:8080", "http://"+httpAddr)
 	work := t.TempDir()
 	out := filepath.Join(work, "out")
-	provision := []string{"provision", spec, "-s", "../../testdata/test-secrets.json", "-o", out,
+	provision := []string{"provision", spec, "-s", testSecrets(t), "-o", out,
 		"--matchbox-endpoint", rpc, "--tofu", testBin(t, "tofu"),
 		"--matchbox-ca", filepath.Join(tlsDir, "ca.crt"),
 		"--matchbox-cert", filepath.Join(tlsDir, "client.crt"), "--matchbox-key", filepath.Join(tlsDir, "client.key")}
@@ -224,7 +224,7 @@ func TestProvisionMatchbox(t *testing.T) {
 	}
 
 	// What Matchbox serves is what the cloudinit target builds.
-	if code, o, e := kcompile(t, "", "build", spec, "-s", "../../testdata/test-secrets.json", "-t", "cloudinit", "-o", filepath.Join(work, "built")); code != 0 {
+	if code, o, e := kcompile(t, "", "build", spec, "-s", testSecrets(t), "-t", "cloudinit", "-o", filepath.Join(work, "built")); code != 0 {
 		t.Fatalf("build: %s%s", o, e)
 	}
 	macs := map[string]string{"cp1": "52:54:00:00:00:11", "cp2": "52:54:00:00:00:12", "cp3": "52:54:00:00:00:13",
@@ -266,7 +266,7 @@ func TestProvisionMatchbox(t *testing.T) {
 	if b := fetch(t, httpAddr, "/generic?mac=52-54-00-00-01-12"); b != nil {
 		t.Error("w03's old MAC is still served")
 	}
-	if code, o, e := kcompile(t, "", "build", spec, "-s", "../../testdata/test-secrets.json", "-t", "cloudinit", "-o", filepath.Join(work, "built")); code != 0 {
+	if code, o, e := kcompile(t, "", "build", spec, "-s", testSecrets(t), "-t", "cloudinit", "-o", filepath.Join(work, "built")); code != 0 {
 		t.Fatalf("build: %s%s", o, e)
 	}
 	checkServed(t, httpAddr, filepath.Join(work, "built", "cloudinit", "nodes", "w03"), "52:54:00:00:01:99")
@@ -415,7 +415,7 @@ func TestProvisionUnreachable(t *testing.T) {
 	for _, endpoint := range []string{freePort(t), silent.Addr().String()} {
 		out := filepath.Join(t.TempDir(), "out")
 		start := time.Now()
-		code, stdout, stderr := kcompile(t, "", "provision", "../../examples/ha-stacked", "-s", "../../testdata/test-secrets.json",
+		code, stdout, stderr := kcompile(t, "", "provision", "../../examples/ha-stacked", "-s", testSecrets(t),
 			"-o", out, "--matchbox-endpoint", endpoint, "--tofu", testBin(t, "tofu"), "--auto-approve",
 			"--matchbox-ca", filepath.Join(tlsDir, "ca.crt"),
 			"--matchbox-cert", filepath.Join(tlsDir, "client.crt"), "--matchbox-key", filepath.Join(tlsDir, "client.key"))

@@ -22,7 +22,7 @@ type secretsInitCmd struct {
 }
 
 func (c *secretsInitCmd) Run(e *env) error {
-	validity, err := parseDuration(c.CAValidity)
+	validity, err := parseDuration("ca-validity", c.CAValidity, pki.MaxCAValidity)
 	if err != nil {
 		return statusError{code: exitUsage, msg: err.Error()}
 	}

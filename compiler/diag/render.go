@@ -39,22 +39,26 @@ func (l List) Relative(base string) List {
 func (l List) WriteText(w io.Writer) error {
 	var b strings.Builder
 	for _, d := range l {
-		fmt.Fprintf(&b, "%s: %s %s: %s", d.Primary(), d.Severity, d.Code, d.Message)
+		// Everything but the code and severity may carry spec text.
+		fmt.Fprintf(&b, "%s: %s %s: %s", printablePos(d.Primary()), d.Severity, d.Code, Printable(d.Message, maxPrintable))
 		if d.Path != "" {
-			fmt.Fprintf(&b, " (%s)", d.Path)
+			fmt.Fprintf(&b, " (%s)", Printable(d.Path, maxPrintable))
 		}
 		b.WriteByte('\n')
 		for _, p := range d.Positions[min(1, len(d.Positions)):] {
-			fmt.Fprintf(&b, "    %s: related position\n", p)
+			fmt.Fprintf(&b, "    %s: related position\n", printablePos(p))
 		}
 		if d.Hint != "" {
-			fmt.Fprintf(&b, "    hint: %s\n", strings.ReplaceAll(d.Hint, "\n", "\n          "))
+			fmt.Fprintf(&b, "    hint: %s\n", strings.ReplaceAll(Printable(d.Hint, maxPrintable, '\n'), "\n", "\n          "))
 		}
 	}
 	fmt.Fprintln(&b, l.Summary())
 	_, err := io.WriteString(w, b.String())
 	return err
 }
+
+// printablePos renders a position whose file name may be the user's.
+func printablePos(p Pos) string { return Printable(p.String(), maxPrintable) }
 
 // Summary is a one-line count such as "2 errors, 1 warning".
 func (l List) Summary() string {

@@ -238,6 +238,18 @@ type CNI struct {
 	Images map[string]string
 }
 
+// CNIImageComponents are the components of each CNI plugin whose image
+// network.cni.images may replace, by the names the spec uses.
+func CNIImageComponents(plugin string) []string {
+	switch plugin {
+	case "calico":
+		return []string{"calico-cni", "calico-kube-controllers", "calico-node"}
+	case "cilium":
+		return []string{"cilium-agent", "cilium-operator"}
+	}
+	return []string{"flannel", "flannel-cni-plugin"}
+}
+
 // Image returns the image of a CNI component: the spec's override, or
 // fallback (the plugin's release image of Version).
 func (c CNI) Image(component, fallback string) string {
@@ -292,6 +304,9 @@ type PKI struct {
 	KeyAlgorithm string
 	CAValidity   time.Duration
 	LeafValidity time.Duration
+	// ClockSkew is how far a leaf's notBefore lies before the issuance
+	// epoch, for nodes whose clocks run behind; never before its CA's.
+	ClockSkew time.Duration
 }
 
 // Security configures the API server's protections.

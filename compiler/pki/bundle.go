@@ -21,7 +21,11 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"reflect"
 	"regexp"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -62,7 +66,8 @@ type CA struct {
 // Bundle is every secret of a cluster. It is the only input of issuance
 // besides the spec, and is written to disk 0600 by the CLI.
 type Bundle struct {
-	// Epoch is the notBefore of every leaf certificate; `pki renew` moves
+	// Epoch is when every leaf is issued: its notBefore, backdated by the
+	// spec's pki.clockSkew but never before its CA's. `pki renew` moves
 	// it, which re-keys and re-issues every leaf.
 	Epoch time.Time
 	// Seed is what leaf keys are derived from.
@@ -74,6 +79,10 @@ type Bundle struct {
 	EncryptionKey []byte
 	// BootstrapToken is a kubeadm-style token "abcdef.0123456789abcdef".
 	BootstrapToken string
+	// Source is the file the bundle was read from, where diagnostics
+	// about it point; empty for a bundle made in memory. It is not part
+	// of the bundle's contents.
+	Source string
 }
 
 // Format keeps secrets out of logs and error messages whatever the verb.
@@ -87,14 +96,23 @@ func (b Bundle) Format(f fmt.State, _ rune) {
 type NewOptions struct {
 	// Algorithm of the CA and service-account keys.
 	Algorithm Algorithm
-	// CAValidity is how long the CAs are valid from now.
+	// CAValidity is how long the CAs are valid from now: positive and at
+	// most MaxCAValidity.
 	CAValidity time.Duration
 }
+
+// MaxCAValidity bounds the validity of the CAs New creates, as the spec's
+// pki.caValidity is bounded: a time.Duration holds only about 292 years,
+// and longer values wrap around into the past.
+const MaxCAValidity = 200 * 365 * 24 * time.Hour
 
 // New creates a bundle. random supplies the 32-byte seed every secret is
 // derived from; now is the CAs' notBefore and the first epoch. Both come
 // from the caller so that tests are reproducible.
 func New(random io.Reader, now time.Time, opts NewOptions) (*Bundle, error) {
+	if opts.CAValidity <= 0 || opts.CAValidity > MaxCAValidity {
+		return nil, fmt.Errorf("a CA validity of %s is not between 1 second and 200 years", opts.CAValidity)
+	}
 	seed := make([]byte, 32)
 	if _, err := io.ReadFull(random, seed); err != nil {
 		return nil, fmt.Errorf("reading the random seed: %w", err)
@@ -140,13 +158,15 @@ func newCA(seed []byte, a Authority, alg Algorithm, now time.Time, validity time
 		return CA{}, err
 	}
 	tmpl := &x509.Certificate{
-		SerialNumber:          deriveSerial("ca/"+string(a), now),
 		Subject:               pkix.Name{CommonName: a.commonName()},
 		NotBefore:             now,
 		NotAfter:              now.Add(validity),
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
 		BasicConstraintsValid: true,
 		IsCA:                  true,
+	}
+	if tmpl.SerialNumber, err = deriveSerial(tmpl, key.Public(), nil); err != nil {
+		return CA{}, err
 	}
 	der, err := x509.CreateCertificate(nil, tmpl, tmpl, key.Public(), key)
 	if err != nil {
@@ -220,7 +240,7 @@ func Parse(data []byte) (*Bundle, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&f); err != nil {
-		return nil, fmt.Errorf("not a kcompile secrets bundle: %v", redactJSONError(err))
+		return nil, fmt.Errorf("not a kcompile secrets bundle: %v", redactJSONError(err, data))
 	}
 	// One object and nothing after it: trailing bytes mean two files run
 	// together or a damaged one.
@@ -243,6 +263,13 @@ func Parse(data []byte) (*Bundle, error) {
 		return nil, errors.New("secrets bundle: bootstrapToken is not of the form [a-z0-9]{6}.[a-z0-9]{16}")
 	}
 	b := &Bundle{Epoch: f.Epoch.UTC(), Seed: f.Seed, CAs: map[Authority]CA{}, EncryptionKey: f.EncryptionKey, BootstrapToken: f.BootstrapToken}
+	// An authority of another name is a typo of one of ours, or a bundle
+	// of another tool: either way not something to drop silently.
+	for a := range f.Authorities {
+		if !slices.Contains(Authorities(), a) {
+			return nil, fmt.Errorf("secrets bundle: unknown authority %s (a bundle has ca, etcd-ca and front-proxy-ca)", fieldName(string(a)))
+		}
+	}
 	for _, a := range Authorities() {
 		cf, ok := f.Authorities[a]
 		if !ok {
@@ -378,8 +405,10 @@ func parseKey(data []byte) (crypto.Signer, error) {
 }
 
 // redactJSONError keeps only the shape of a JSON error: a syntax error's
-// offset, or a type error's field, never the offending bytes.
-func redactJSONError(err error) string {
+// offset, a type error's field, or the name of an unknown field (names
+// are the bundle's structure, not its secrets), never the offending
+// value.
+func redactJSONError(err error, data []byte) string {
 	var syn *json.SyntaxError
 	var typ *json.UnmarshalTypeError
 	switch {
@@ -388,8 +417,72 @@ func redactJSONError(err error) string {
 	case errors.As(err, &typ):
 		return fmt.Sprintf("field %s has the wrong type", typ.Field)
 	}
+	// encoding/json reports an unknown field by name only, in an error
+	// of no type of its own; find where it is in the bundle.
+	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		if path := unknownField(data); path != "" {
+			return "unknown field " + path
+		}
+		if u, err := strconv.Unquote(name); err == nil {
+			name = u
+		}
+		return "unknown field " + fieldName(name)
+	}
 	return "malformed JSON"
 }
+
+// unknownField is the path of the first field of data that a bundle does
+// not have, e.g. "comment" or "authorities.ca.comment"; "" when there is
+// none or data is not a JSON object.
+func unknownField(data []byte) string {
+	known := func(v any) map[string]bool {
+		m := map[string]bool{}
+		t := reflect.TypeOf(v)
+		for i := range t.NumField() {
+			name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+			m[name] = true
+		}
+		return m
+	}
+	var top map[string]json.RawMessage
+	if json.Unmarshal(data, &top) != nil {
+		return ""
+	}
+	topKnown, caKnown := known(bundleFile{}), known(caFile{})
+	for _, k := range slices.Sorted(maps.Keys(top)) {
+		if !topKnown[k] {
+			return fieldName(k)
+		}
+	}
+	var auths map[string]map[string]json.RawMessage
+	if json.Unmarshal(top["authorities"], &auths) != nil {
+		return ""
+	}
+	for _, a := range slices.Sorted(maps.Keys(auths)) {
+		for _, k := range slices.Sorted(maps.Keys(auths[a])) {
+			if !caKnown[k] {
+				return "authorities." + fieldName(a) + "." + fieldName(k)
+			}
+		}
+	}
+	return ""
+}
+
+// fieldName renders a field name read from a bundle for a message: quoted
+// when it is not a plain identifier, and cut short, so that a "name" that
+// is really a pasted key does not end up whole in a log.
+func fieldName(s string) string {
+	const max = 32
+	if len(s) > max {
+		s = strings.ToValidUTF8(s[:max], "") + "..."
+	}
+	if plainName.MatchString(s) {
+		return s
+	}
+	return strconv.Quote(s)
+}
+
+var plainName = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_-]*$`)
 
 // bootstrapToken is the form kubeadm and the API server accept.
 var bootstrapToken = regexp.MustCompile(`^[a-z0-9]{6}\.[a-z0-9]{16}$`)

@@ -79,6 +79,14 @@ const (
 	frontProxyClientName  = "front-proxy-client"
 )
 
+// APIServerKubeletClientUser is the user the API server is to kubelets
+// (logs, exec, port-forward). It is in no group: a group such as
+// kubeadm:cluster-admins would make the API server's kubelet credential,
+// present on every control-plane node, a cluster-admin credential for the
+// API too. The cluster's RBAC binds this user to the ClusterRole
+// system:kubelet-api-admin, which is what the kubelet API needs.
+const APIServerKubeletClientUser = "kube-apiserver-kubelet-client"
+
 // Catalogue lists every leaf certificate of a cluster in a stable order:
 // control-plane certificates per control-plane node, etcd certificates per
 // member, kubelet and node-agent certificates per node, then cluster-wide
@@ -123,7 +131,7 @@ func controlPlaneCerts(c *ir.Cluster, n ir.Node) []Cert {
 		{ID: id("apiserver"), Name: "apiserver", Node: n.Name, CA: ClusterCA, CommonName: "kube-apiserver",
 			DNSNames: apiServerDNSNames(c, n), IPs: apiServerIPs(c, n), Server: true, File: pkiDir + "apiserver"},
 		{ID: id("apiserver-kubelet-client"), Name: "apiserver-kubelet-client", Node: n.Name, CA: ClusterCA,
-			CommonName: "kube-apiserver-kubelet-client", Organization: []string{groupClusterAdmins}, Client: true,
+			CommonName: APIServerKubeletClientUser, Client: true,
 			File: pkiDir + "apiserver-kubelet-client"},
 		{ID: id("apiserver-etcd-client"), Name: "apiserver-etcd-client", Node: n.Name, CA: EtcdCA,
 			CommonName: "kube-apiserver-etcd-client", Client: true, File: pkiDir + "apiserver-etcd-client"},

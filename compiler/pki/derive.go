@@ -7,12 +7,14 @@ import (
 	"crypto/hkdf"
 	"crypto/rsa"
 	"crypto/sha256"
+	"crypto/x509"
+	"encoding/asn1"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/big"
 	"strconv"
 	"strings"
-	"time"
 )
 
 // Keys are derived, not generated: Go 1.26 ignores the random source passed
@@ -168,16 +170,70 @@ func smallPrimes() []uint64 {
 	return out
 }
 
-// deriveSerial gives a certificate a serial number that depends only on
-// its identity and the issuance epoch: positive, at most 127 bits.
-func deriveSerial(identity string, epoch time.Time) *big.Int {
-	sum := sha256.Sum256([]byte("kcompile serial v1|" + identity + "|" + epoch.UTC().Format(time.RFC3339)))
+// deriveSerial gives a certificate a serial number that is a hash of
+// everything the certificate says: issuer, subject, names, validity,
+// usages and public key. RFC 5280 (4.1.2.2) wants serials unique per
+// issuer; two certificates of one issuer that differ in any field get
+// different serials (up to a 127-bit collision), and the same certificate
+// issued twice gets the same one, so issuance stays deterministic. issuer
+// is nil for a self-signed certificate.
+func deriveSerial(tmpl *x509.Certificate, pub crypto.PublicKey, issuer *x509.Certificate) (*big.Int, error) {
+	spki, err := x509.MarshalPKIXPublicKey(pub)
+	if err != nil {
+		return nil, err
+	}
+	subject, err := asn1.Marshal(tmpl.Subject.ToRDNSequence())
+	if err != nil {
+		return nil, err
+	}
+	issuerName, issuerKey := subject, spki
+	if issuer != nil {
+		issuerName, issuerKey = issuer.RawSubject, issuer.RawSubjectPublicKeyInfo
+	}
+	h := sha256.New()
+	// Every field is length-prefixed, so that no two certificates hash
+	// the same bytes by moving a boundary.
+	field := func(b []byte) {
+		h.Write(binary.AppendUvarint(nil, uint64(len(b))))
+		h.Write(b)
+	}
+	number := func(n int64) { field(binary.AppendVarint(nil, n)) }
+	field([]byte("kcompile serial v2"))
+	field(issuerName)
+	field(issuerKey)
+	field(subject)
+	number(int64(len(tmpl.DNSNames)))
+	for _, n := range tmpl.DNSNames {
+		field([]byte(n))
+	}
+	number(int64(len(tmpl.IPAddresses)))
+	for _, ip := range tmpl.IPAddresses {
+		field(ip.To16())
+	}
+	number(tmpl.NotBefore.Unix())
+	number(tmpl.NotAfter.Unix())
+	number(int64(tmpl.KeyUsage))
+	number(int64(len(tmpl.ExtKeyUsage)))
+	for _, u := range tmpl.ExtKeyUsage {
+		number(int64(u))
+	}
+	flags := int64(0)
+	if tmpl.BasicConstraintsValid {
+		flags |= 1
+	}
+	if tmpl.IsCA {
+		flags |= 2
+	}
+	number(flags)
+	number(int64(tmpl.SignatureAlgorithm))
+	field(spki)
+	sum := h.Sum(nil)
 	sum[0] &= 0x7f
 	n := new(big.Int).SetBytes(sum[:16])
 	if n.Sign() == 0 {
 		n.SetInt64(1)
 	}
-	return n
+	return n, nil
 }
 
 // deriveBytes expands seed into n bytes for a named secret.

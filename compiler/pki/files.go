@@ -111,3 +111,24 @@ func Files(m *Material) ([]File, error) {
 	})
 	return out, nil
 }
+
+// keyFiles is where Files puts private keys, by node and path: the
+// cluster CA and service-account keys on control-plane nodes, where the
+// controller manager and the API server use them, and each leaf's key
+// beside its certificate. The etcd and front-proxy CA keys are nowhere.
+// `pki verify` holds a tree to it.
+func keyFiles(c *ir.Cluster) map[[2]string]bool {
+	out := map[[2]string]bool{}
+	for _, n := range c.Nodes {
+		if n.Runs(ir.ComponentAPIServer) {
+			out[[2]string{n.Name, pkiDir + "ca.key"}] = true
+			out[[2]string{n.Name, pkiDir + "sa.key"}] = true
+		}
+	}
+	for _, cert := range Catalogue(c) {
+		if cert.File != "" {
+			out[[2]string{cert.Node, cert.File + ".key"}] = true
+		}
+	}
+	return out
+}

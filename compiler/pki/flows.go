@@ -65,7 +65,7 @@ func Flows(c *ir.Cluster) []Flow {
 			// The API server dials kubelets by their InternalIP.
 			out = append(out, Flow{Kind: "apiserver→kubelet", Client: "apiserver-kubelet-client@" + a.Name, Server: "kubelet-serving@" + n.Name,
 				ServerName: n.Address().String(), ServerCA: ClusterCA, ClientCA: ClusterCA,
-				User: "kube-apiserver-kubelet-client", Groups: []string{groupClusterAdmins}, Setting: "nodes." + n.Name + ".address"})
+				User: APIServerKubeletClientUser, Setting: "nodes." + n.Name + ".address"})
 		}
 		local := a.Address().String()
 		out = append(out,

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"time"
 
 	"github.com/kcompile/kcompile/compiler/ir"
 )
@@ -56,9 +57,10 @@ func (m *Material) Leaf(id string) (Issued, bool) {
 
 // Issue signs every certificate of the cluster's catalogue. It is a pure
 // function of its arguments: keys are derived from the bundle's seed and
-// each certificate's identity, serials from the identity and the epoch,
+// each certificate's identity, serials from the certificate's contents,
 // and ECDSA signatures are deterministic (RFC 6979) as RSA PKCS #1 v1.5
-// signatures are.
+// signatures are. It refuses to issue a leaf outside its CA's validity;
+// Check says why in terms of the spec and the bundle.
 func Issue(c *ir.Cluster, b *Bundle) (*Material, error) {
 	alg, err := ParseAlgorithm(c.PKI.KeyAlgorithm)
 	if err != nil {
@@ -75,8 +77,8 @@ func Issue(c *ir.Cluster, b *Bundle) (*Material, error) {
 	return m, nil
 }
 
-// identity is what a leaf's key and serial are derived from. The epoch is
-// part of it so that renewal re-keys.
+// identity is what a leaf's key is derived from. The epoch is part of it
+// so that renewal re-keys.
 func identity(c *ir.Cluster, b *Bundle, cert Cert) string {
 	return "leaf|" + c.Name + "|" + cert.ID + "|" + b.Epoch.UTC().Format("2006-01-02T15:04:05Z")
 }
@@ -86,8 +88,13 @@ func issue(c *ir.Cluster, b *Bundle, alg Algorithm, cert Cert) (Issued, error) {
 	if !ok {
 		return Issued{}, fmt.Errorf("the secrets bundle has no %s", cert.CA)
 	}
-	id := identity(c, b, cert)
-	key, err := deriveKey(b.Seed, alg, id)
+	notBefore, notAfter := leafWindow(c, b, ca.Cert)
+	if b.Epoch.Before(ca.Cert.NotBefore) || notAfter.After(ca.Cert.NotAfter) {
+		return Issued{}, fmt.Errorf("a leaf issued at %s valid until %s would not lie inside %s's validity (%s to %s)",
+			b.Epoch.Format(time.RFC3339), notAfter.Format(time.RFC3339), cert.CA,
+			ca.Cert.NotBefore.UTC().Format(time.RFC3339), ca.Cert.NotAfter.UTC().Format(time.RFC3339))
+	}
+	key, err := deriveKey(b.Seed, alg, identity(c, b, cert))
 	if err != nil {
 		return Issued{}, err
 	}
@@ -97,17 +104,19 @@ func issue(c *ir.Cluster, b *Bundle, alg Algorithm, cert Cert) (Issued, error) {
 		usage |= x509.KeyUsageKeyEncipherment
 	}
 	tmpl := &x509.Certificate{
-		SerialNumber:          deriveSerial(id, b.Epoch),
 		Subject:               pkix.Name{CommonName: cert.CommonName, Organization: cert.Organization},
 		DNSNames:              cert.DNSNames,
-		NotBefore:             b.Epoch,
-		NotAfter:              b.Epoch.Add(c.PKI.LeafValidity),
+		NotBefore:             notBefore,
+		NotAfter:              notAfter,
 		KeyUsage:              usage,
 		ExtKeyUsage:           cert.ExtKeyUsages(),
 		BasicConstraintsValid: true,
 	}
 	for _, ip := range cert.IPs {
 		tmpl.IPAddresses = append(tmpl.IPAddresses, net.IP(ip.AsSlice()))
+	}
+	if tmpl.SerialNumber, err = deriveSerial(tmpl, key.Public(), ca.Cert); err != nil {
+		return Issued{}, err
 	}
 	// A nil random source makes ECDSA signing deterministic; RSA PKCS #1
 	// v1.5 needs none.
@@ -124,6 +133,20 @@ func issue(c *ir.Cluster, b *Bundle, alg Algorithm, cert Cert) (Issued, error) {
 		return Issued{}, err
 	}
 	return Issued{Cert: cert, X509: parsed, Key: key, CertPEM: encodeCert(der), KeyPEM: keyPEM}, nil
+}
+
+// leafWindow is when a leaf signed by ca is valid. It starts at the epoch
+// backdated by the spec's clock skew, as kubeadm backdates by five
+// minutes, so that a node whose clock runs a little behind accepts a
+// certificate issued just now; but never before the CA's own notBefore,
+// which no verifier would accept either. Both ends derive from the bundle
+// and the spec alone, so issuance stays deterministic.
+func leafWindow(c *ir.Cluster, b *Bundle, ca *x509.Certificate) (notBefore, notAfter time.Time) {
+	notBefore = b.Epoch.Add(-c.PKI.ClockSkew)
+	if notBefore.Before(ca.NotBefore) {
+		notBefore = ca.NotBefore.UTC()
+	}
+	return notBefore, b.Epoch.Add(c.PKI.LeafValidity)
 }
 
 // keyAlgorithm names a public key's algorithm for listings.

@@ -47,6 +47,12 @@ type user struct {
 	LockPasswd        bool     `json:"lock_passwd"`
 }
 
+// metaData is the NoCloud meta-data of a node.
+type metaData struct {
+	InstanceID    string `json:"instance-id"`
+	LocalHostname string `json:"local-hostname"`
+}
+
 // userData is the part of #cloud-config kcompile writes.
 type userData struct {
 	Hostname         string      `json:"hostname"`
@@ -83,12 +89,15 @@ func (Target) Build(m *pki.Material) (*targets.Tree, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", n.Name, err)
 		}
-		md := fmt.Sprintf("instance-id: %s-%s\nlocal-hostname: %s\n", m.Cluster.Name, n.Name, n.Name)
+		md, err := yaml.Marshal(metaData{InstanceID: m.Cluster.Name + "-" + n.Name, LocalHostname: n.Name})
+		if err != nil {
+			return nil, err
+		}
 		nc, err := networkConfig(m.Cluster, n)
 		if err != nil {
 			return nil, err
 		}
-		for name, data := range map[string][]byte{"user-data": ud, "meta-data": []byte(md), "network-config": nc} {
+		for name, data := range map[string][]byte{"user-data": ud, "meta-data": md, "network-config": nc} {
 			// user-data holds private keys.
 			if err := out.Add(targets.NodePath(n.Name, name), data, 0o600); err != nil {
 				return nil, err

@@ -8,16 +8,16 @@ import (
 	"time"
 
 	"github.com/kcompile/kcompile/targets"
-	"github.com/kcompile/kcompile/targets/systemd"
+	"github.com/kcompile/kcompile/targets/unitfile"
 )
 
 // unit parses one of a node's compiled units.
-func unit(tree *targets.Tree, node, name string) (systemd.Unit, error) {
+func unit(tree *targets.Tree, node, name string) (unitfile.File, error) {
 	f, ok := tree.Get(targets.NodePath(node, "etc/systemd/system/"+name))
 	if !ok {
-		return systemd.Unit{}, fmt.Errorf("kcompile bug: node %s has no %s", node, name)
+		return unitfile.File{}, fmt.Errorf("kcompile bug: node %s has no %s", node, name)
 	}
-	return systemd.ParseUnit(f.Data)
+	return unitfile.Parse(f.Data)
 }
 
 // execArgs reads the arguments of a unit's ExecStart from a node's tree.
@@ -26,11 +26,11 @@ func execArgs(tree *targets.Tree, node, name string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	exec := u.Get("Service", "ExecStart")
-	if len(exec) != 1 || len(strings.Fields(exec[0])) == 0 {
+	exec := u.Commands("Service", "ExecStart")
+	if len(exec) != 1 {
 		return nil, fmt.Errorf("kcompile bug: %s of node %s has no single ExecStart", name, node)
 	}
-	return strings.Fields(exec[0])[1:], nil
+	return exec[0].Argv[1:], nil
 }
 
 // rooted rewrites the absolute paths of a node's files in s to where the

@@ -127,7 +127,7 @@ func Start(ctx context.Context, c *ir.Cluster, b *pki.Bundle, opts Options) (*Si
 	if _, err := os.Stat(treeDir); err == nil {
 		return nil, fmt.Errorf("workdir %s holds a previous simulation; give an empty one", work)
 	}
-	if err := targets.Write(treeDir, processTree(mapped, tree), false); err != nil {
+	if _, err := targets.Write(treeDir, processTree(mapped, tree), targets.WriteOptions{}); err != nil {
 		return nil, err
 	}
 	admin, ok := tree.Get(targets.ClusterPath("admin.conf"))

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -19,6 +20,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/kcompile/kcompile/compiler/ir"
+	"github.com/kcompile/kcompile/compiler/pki"
 )
 
 // manifest renders Kubernetes objects as one multi-document YAML file.
@@ -56,7 +58,7 @@ func marshalManifest(o runtime.Object) ([]byte, error) {
 // keepsValues names the maps whose empty-string values mean something.
 func keepsValues(k string) bool {
 	switch k {
-	case "labels", "annotations", "matchLabels", "nodeSelector", "selector", "data", "stringData":
+	case "labels", "annotations", "matchLabels", "nodeSelector", "selector", "data", "stringData", "parameters":
 		return true
 	}
 	return false
@@ -123,7 +125,7 @@ func coreDNS(c *ir.Cluster) []runtime.Object {
     reload
     loadbalance
 }
-`, domain)
+`, corefileToken(domain))
 	replicas := int32(c.Addons.CoreDNS.Replicas)
 	f, t := false, true
 	uid := int64(65532)
@@ -227,6 +229,16 @@ func coreDNS(c *ir.Cluster) []runtime.Object {
 
 func ptr[T any](v T) *T { return &v }
 
+// corefileToken writes one token of a Corefile (Caddyfile syntax): as it
+// is when it holds nothing the Corefile lexer treats specially, else
+// double-quoted with its quotes and backslashes escaped.
+func corefileToken(s string) string {
+	if s != "" && !strings.ContainsFunc(s, func(r rune) bool { return r <= ' ' || strings.ContainsRune("\"'`{}#\\$", r) }) {
+		return s
+	}
+	return `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(s) + `"`
+}
+
 // storage is the CSIDriver objects and StorageClasses of the spec.
 func storage(c *ir.Cluster) []runtime.Object {
 	var out []runtime.Object
@@ -258,8 +270,9 @@ func storage(c *ir.Cluster) []runtime.Object {
 }
 
 // clusterRBAC grants the identities the PKI issues what they need: the
-// cluster admins group, kube-proxy, and kubelets renewing their client
-// certificates.
+// cluster admins group, kube-proxy, kubelets renewing their client
+// certificates, and the API server calling kubelets, whose certificate
+// carries no group and so nothing beyond the kubelet API.
 func clusterRBAC() []runtime.Object {
 	binding := func(name, role string, subject rbacv1.Subject) runtime.Object {
 		return &rbacv1.ClusterRoleBinding{
@@ -276,6 +289,8 @@ func clusterRBAC() []runtime.Object {
 			rbacv1.Subject{APIGroup: "rbac.authorization.k8s.io", Kind: "User", Name: "system:kube-proxy"}),
 		binding("kcompile:node-autoapprove-certificate-rotation", "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient",
 			rbacv1.Subject{APIGroup: "rbac.authorization.k8s.io", Kind: "Group", Name: "system:nodes"}),
+		binding("kcompile:apiserver-kubelet-api-admin", "system:kubelet-api-admin",
+			rbacv1.Subject{APIGroup: "rbac.authorization.k8s.io", Kind: "User", Name: pki.APIServerKubeletClientUser}),
 	}
 }
 

@@ -1,6 +1,7 @@
 package systemd
 
 import (
+	"github.com/kcompile/kcompile/targets/unitfile"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -29,16 +30,15 @@ func TestSystemdAnalyzeVerify(t *testing.T) {
 			var paths []string
 			for _, u := range units {
 				p := filepath.Join(root, unitDir, u.Name)
-				writeFile(t, p, u.Unit.Render(), 0o644)
+				writeFile(t, p, render(t, u.Unit), 0o644)
 				paths = append(paths, p)
-				parsed, err := ParseUnit(u.Unit.Render())
+				parsed, err := unitfile.Parse(render(t, u.Unit))
 				if err != nil {
 					t.Fatalf("%s/%s/%s: %v", name, n.Name, u.Name, err)
 				}
 				for _, key := range []string{"ExecStart", "ExecStartPre"} {
-					for _, cmd := range parsed.Get("Service", key) {
-						exe := strings.TrimLeft(strings.Fields(cmd)[0], "-@:+!")
-						writeFile(t, filepath.Join(root, exe), []byte("#!/bin/sh\n"), 0o755)
+					for _, cmd := range parsed.Commands("Service", key) {
+						writeFile(t, filepath.Join(root, cmd.Argv[0]), []byte("#!/bin/sh\n"), 0o755)
 					}
 				}
 			}
@@ -87,9 +87,9 @@ func TestSystemdAnalyzeCatchesMistakes(t *testing.T) {
 	}
 	root := scratchRoot(t)
 	u := service("bad", "https://example.com/", nil, nil, "/usr/local/bin/missing", nil)
-	u.Sections[1].Directives = append(u.Sections[1].Directives, Directive{"Bogus", "1"})
+	u.Sections[1].Directives = append(u.Sections[1].Directives, unitfile.Directive{Key: "Bogus", Value: "1"})
 	p := filepath.Join(root, unitDir, "bad.service")
-	writeFile(t, p, u.Render(), 0o644)
+	writeFile(t, p, render(t, u), 0o644)
 	out, _ := exec.Command(analyze, "verify", "--root="+root, "--man=no", "--generators=no", p).CombinedOutput()
 	if !strings.Contains(string(out), "Bogus") || !strings.Contains(string(out), "/usr/local/bin/missing") {
 		t.Errorf("systemd-analyze did not report the mistakes:\n%s", out)

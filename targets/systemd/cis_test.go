@@ -16,6 +16,7 @@ import (
 
 	"github.com/kcompile/kcompile/compiler/ir"
 	"github.com/kcompile/kcompile/targets"
+	"github.com/kcompile/kcompile/targets/unitfile"
 )
 
 // The CIS Kubernetes Benchmark, judged by kube-bench (built by
@@ -322,7 +323,7 @@ func (kb kubeBench) run(t *testing.T, c *ir.Cluster, tree *targets.Tree, cn cisN
 		if !ok || strings.HasPrefix(rel, "kcompile-") {
 			continue
 		}
-		unit, err := ParseUnit(f.Data)
+		unit, err := unitfile.Parse(f.Data)
 		if err != nil {
 			t.Fatalf("%s: %v", f.Path, err)
 		}

@@ -2,7 +2,6 @@ package systemd
 
 import (
 	"strconv"
-	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -304,7 +303,7 @@ func ciliumOperatorRules() []rbacv1.PolicyRule {
 // k8sServiceHost and k8sServicePort, set as KUBERNETES_SERVICE_HOST and
 // KUBERNETES_SERVICE_PORT in every container that talks to the API).
 func ciliumManifests(c *ir.Cluster) []runtime.Object {
-	version := strings.TrimPrefix(c.Network.CNI.Version, "v")
+	version := c.Network.CNI.Version
 	if version == "" {
 		version = "1.18.2"
 	}

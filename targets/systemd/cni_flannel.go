@@ -177,7 +177,7 @@ func flannelManifests(c *ir.Cluster) []runtime.Object {
 	if version == "" {
 		version = "0.27.4"
 	}
-	image := c.Network.CNI.Image("flannel", "ghcr.io/flannel-io/flannel:v"+strings.TrimPrefix(version, "v"))
+	image := c.Network.CNI.Image("flannel", "ghcr.io/flannel-io/flannel:v"+version)
 	pluginImage := c.Network.CNI.Image("flannel-cni-plugin", "ghcr.io/flannel-io/flannel-cni-plugin:"+flannelCNIPluginTag(version))
 
 	flannelCluster := *c

@@ -2,6 +2,7 @@ package systemd
 
 import (
 	"fmt"
+	"github.com/kcompile/kcompile/targets/unitfile"
 	"net/netip"
 	"sort"
 	"strconv"
@@ -34,23 +35,23 @@ func joinAddrs(as []netip.Addr) string {
 }
 
 // service builds the unit of a long-running component.
-func service(description, doc string, after, requires []string, program string, args []string) Unit {
-	unit := Section{Name: "Unit", Directives: []Directive{{"Description", description}, {"Documentation", doc}}}
+func service(description, doc string, after, requires []string, program string, args []string) unitfile.File {
+	unit := unitfile.Section{Name: "Unit", Directives: []unitfile.Directive{{Key: "Description", Value: description}, {Key: "Documentation", Value: doc}}}
 	if len(after) > 0 {
-		unit.Directives = append(unit.Directives, Directive{"After", strings.Join(after, " ")}, Directive{"Wants", strings.Join(after, " ")})
+		unit.Directives = append(unit.Directives, unitfile.Directive{Key: "After", Value: strings.Join(after, " ")}, unitfile.Directive{Key: "Wants", Value: strings.Join(after, " ")})
 	}
 	if len(requires) > 0 {
-		unit.Directives = append(unit.Directives, Directive{"Requires", strings.Join(requires, " ")})
+		unit.Directives = append(unit.Directives, unitfile.Directive{Key: "Requires", Value: strings.Join(requires, " ")})
 	}
-	return Unit{Sections: []Section{
+	return unitfile.File{Sections: []unitfile.Section{
 		unit,
-		{Name: "Service", Directives: []Directive{
-			{"ExecStart", command(program, args)},
-			{"Restart", "always"},
-			{"RestartSec", "5"},
-			{"LimitNOFILE", "1048576"},
+		{Name: "Service", Directives: []unitfile.Directive{
+			{Key: "ExecStart", Command: &unitfile.Command{Argv: append([]string{program}, args...), OnePerLine: true}},
+			{Key: "Restart", Value: "always"},
+			{Key: "RestartSec", Value: "5"},
+			{Key: "LimitNOFILE", Value: "1048576"},
 		}},
-		{Name: "Install", Directives: []Directive{{"WantedBy", "multi-user.target"}}},
+		{Name: "Install", Directives: []unitfile.Directive{{Key: "WantedBy", Value: "multi-user.target"}}},
 	}}
 }
 

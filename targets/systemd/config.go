@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"github.com/kcompile/kcompile/targets/unitfile"
 	"io/fs"
 	"reflect"
 	"sort"
@@ -176,10 +177,13 @@ func auditPolicy() *auditv1.Policy {
 type renderCache struct {
 	rendered map[string][]byte
 	verified map[[32]byte]error
+	// units are the units as built, by tree path, for verify to hold
+	// what systemd will read to them.
+	units map[string]unitfile.File
 }
 
 func newRenderCache() *renderCache {
-	return &renderCache{rendered: map[string][]byte{}, verified: map[[32]byte]error{}}
+	return &renderCache{rendered: map[string][]byte{}, verified: map[[32]byte]error{}, units: map[string]unitfile.File{}}
 }
 
 // marshal is marshalConfig, once per distinct config.

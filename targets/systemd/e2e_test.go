@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/kcompile/kcompile/targets"
+	"github.com/kcompile/kcompile/targets/unitfile"
 )
 
 // The end-to-end test runs the control plane of examples/single-node from
@@ -76,7 +77,7 @@ func runControlPlane(t *testing.T) {
 		t.Fatal(err)
 	}
 	top := t.TempDir()
-	if err := targets.Write(filepath.Join(top, "out"), tree, false); err != nil {
+	if _, err := targets.Write(filepath.Join(top, "out"), tree, targets.WriteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	node := c.Nodes[0].Name
@@ -110,7 +111,7 @@ func runControlPlane(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		u, err := ParseUnit(data)
+		u, err := unitfile.Parse(data)
 		if err != nil {
 			t.Fatal(err)
 		}

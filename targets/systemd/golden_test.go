@@ -84,7 +84,7 @@ func BenchmarkBuildLarge(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if err := targets.Write(dir+"/out", tree, false); err != nil {
+		if _, err := targets.Write(dir+"/out", tree, targets.WriteOptions{}); err != nil {
 			b.Fatal(err)
 		}
 		build += nowSeconds() - start
@@ -99,7 +99,7 @@ func BenchmarkBuildLarge(b *testing.B) {
 		for _, f := range tree.Files() {
 			plain.Add(f.Path, f.Data, f.Mode)
 		}
-		if err := targets.Write(dir+"/plain", plain, false); err != nil {
+		if _, err := targets.Write(dir+"/plain", plain, targets.WriteOptions{}); err != nil {
 			b.Fatal(err)
 		}
 		floor += nowSeconds() - start

@@ -199,3 +199,44 @@ func TestComponentsRequireInstall(t *testing.T) {
 		}
 	}
 }
+
+// TestInstallRefusesTamperedLists: the installer runs as root and reads
+// its list from the node's disk; a line whose fields do not have their
+// shape (a value that escaped the compiler's checks, or an edit on the
+// machine) is refused before anything runs, naming the line.
+func TestInstallRefusesTamperedLists(t *testing.T) {
+	dest := t.TempDir()
+	marker := filepath.Join(dest, "pwned")
+	writeFile(t, filepath.Join(dest, "usr/local/bin/kubelet"), fakeBinary("Kubernetes v1.37.2"), 0o755)
+	for _, line := range []string{
+		"version|/usr/local/bin/kubelet|--version|Kubernetes v1.37.2|extra",
+		"version|/usr/local/bin/kubelet|--version|Kubernetes v1.37.2|x|y",
+		"version|/usr/local/bin/kubelet|-c touch " + marker + "|x",
+		"version|/usr/local/bin/kubelet|--version|$(touch " + marker + ")",
+		"exists|/usr/local/bin/../../../bin/sh",
+		"exists|relative/path",
+		"file|/usr/local/bin/kubelet|" + strings.Repeat("0", 64) + "|-o" + marker,
+		"file|/usr/local/bin/kubelet|not-a-sum|https://example.com/kubelet",
+		"member|/usr/local/bin/kubelet|" + strings.Repeat("0", 64) + "|https://example.com/k.tgz|--to-command=touch " + marker,
+		"member|/usr/local/bin/kubelet|" + strings.Repeat("0", 64) + "|https://example.com/k.tgz|../../etc/shadow",
+		"bogus|/usr/local/bin/kubelet",
+	} {
+		out, err := runInstall(t, []byte("# list\n"+line+"\n"), dest)
+		if err == nil || !strings.Contains(out, "line 2:") {
+			t.Errorf("the installer took %q: %v\n%s", line, err, out)
+		}
+		if _, err := os.Stat(marker); err == nil {
+			t.Fatalf("%q ran a command", line)
+		}
+	}
+}
+
+// TestListLineRefusesSeparators: the list writer never lets a field add a
+// field or a line.
+func TestListLineRefusesSeparators(t *testing.T) {
+	for _, f := range []string{"a|b", "a\nversion|/bin/sh", "a\rb", "a\x00b"} {
+		if _, err := listLine("exists", f); err == nil {
+			t.Errorf("listLine took %q", f)
+		}
+	}
+}

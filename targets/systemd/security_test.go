@@ -35,7 +35,7 @@ func TestUnitSecurity(t *testing.T) {
 			}
 			args := []string{"security", "--offline=true", "--root=" + root, "--no-pager"}
 			for _, u := range nodeUnits(c, cn.node) {
-				if err := os.WriteFile(filepath.Join(dir, u.Name), u.Unit.Render(), 0o600); err != nil {
+				if err := os.WriteFile(filepath.Join(dir, u.Name), render(t, u.Unit), 0o600); err != nil {
 					t.Fatal(err)
 				}
 				args = append(args, u.Name)

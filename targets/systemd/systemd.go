@@ -37,12 +37,18 @@ func nodeFiles(m *pki.Material, tree *targets.Tree, rc *renderCache) error {
 			return tree.Add(targets.NodePath(n.Name, p), data, fileMode(mode))
 		}
 		for _, u := range nodeUnits(c, n) {
+			data, err := u.Unit.Render()
+			if err != nil {
+				return fmt.Errorf("kcompile bug: %s of node %s: %w", u.Name, n.Name, err)
+			}
 			// Units carry the components' command lines, which name
 			// every key: owner-only, as CIS 1.1.1-1.1.8 and 4.1.1 ask
 			// of the files that start the components.
-			if err := add(path.Join(unitDir, u.Name), u.Unit.Render(), 0o600); err != nil {
+			p := path.Join(unitDir, u.Name)
+			if err := add(p, data, 0o600); err != nil {
 				return err
 			}
+			rc.units[targets.NodePath(n.Name, p)] = u.Unit
 		}
 		if n.Runs(ir.ComponentEtcd) {
 			if err := add(etcdSysusersPath, []byte(etcdSysusers), 0o644); err != nil {

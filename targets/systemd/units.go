@@ -1,6 +1,7 @@
 package systemd
 
 import (
+	"github.com/kcompile/kcompile/targets/unitfile"
 	"path"
 	"strings"
 
@@ -10,7 +11,7 @@ import (
 // unitFile is a unit and the file name it is installed under.
 type unitFile struct {
 	Name string
-	Unit Unit
+	Unit unitfile.File
 }
 
 const unitDir = "etc/systemd/system/"
@@ -31,7 +32,7 @@ func nodeUnits(c *ir.Cluster, n ir.Node) []unitFile {
 		withEtcdDataDir(&u)
 		// Root without DAC override could not enter the etcd user's
 		// data directory.
-		sandbox(&u, []string{"CAP_DAC_OVERRIDE"}, Directive{"ReadWritePaths", etcdDataDir})
+		sandbox(&u, []string{"CAP_DAC_OVERRIDE"}, unitfile.Directive{Key: "ReadWritePaths", Value: etcdDataDir})
 		out = append(out, unitFile{"etcd.service", u})
 	}
 	if n.Runs(ir.ComponentAPIServer) {
@@ -41,7 +42,7 @@ func nodeUnits(c *ir.Cluster, n ir.Node) []unitFile {
 		}
 		apiserver := service("Kubernetes API server", docs+"kube-apiserver/", after, nil, program("kube-apiserver"), apiServerArgs(c, n))
 		// The audit log is the one place the API server writes.
-		sandbox(&apiserver, nil, Directive{"LogsDirectory", auditLogDir}, Directive{"LogsDirectoryMode", "0700"})
+		sandbox(&apiserver, nil, unitfile.Directive{Key: "LogsDirectory", Value: auditLogDir}, unitfile.Directive{Key: "LogsDirectoryMode", Value: "0700"})
 		kcm := service("Kubernetes controller manager", docs+"kube-controller-manager/",
 			[]string{"kube-apiserver.service"}, nil, program("kube-controller-manager"), controllerManagerArgs(c))
 		sandbox(&kcm, nil)
@@ -96,13 +97,13 @@ func runtimeUnit(c *ir.Cluster) unitFile {
 // withRuntimeLimits gives a runtime what its upstream unit does: its
 // children survive a restart of the daemon, and it manages its own
 // delegated cgroup tree.
-func withRuntimeLimits(u *Unit) {
+func withRuntimeLimits(u *unitfile.File) {
 	for i := range u.Sections {
 		if u.Sections[i].Name == "Service" {
-			u.Sections[i].Directives = append([]Directive{{"ExecStartPre", "-/sbin/modprobe overlay"}}, u.Sections[i].Directives...)
+			u.Sections[i].Directives = append([]unitfile.Directive{unitfile.Exec("ExecStartPre", "-", "/sbin/modprobe", "overlay")}, u.Sections[i].Directives...)
 			u.Sections[i].Directives = append(u.Sections[i].Directives,
-				Directive{"Type", "notify"}, Directive{"Delegate", "yes"}, Directive{"KillMode", "process"},
-				Directive{"OOMScoreAdjust", "-999"}, Directive{"TasksMax", "infinity"})
+				unitfile.Directive{Key: "Type", Value: "notify"}, unitfile.Directive{Key: "Delegate", Value: "yes"}, unitfile.Directive{Key: "KillMode", Value: "process"},
+				unitfile.Directive{Key: "OOMScoreAdjust", Value: "-999"}, unitfile.Directive{Key: "TasksMax", Value: "infinity"})
 		}
 	}
 }
@@ -122,33 +123,33 @@ const (
 // and keys, listens and dials, and writes only where extra says. It
 // keeps only the capabilities caps. They run as root because their keys
 // are root's (CIS 1.1.19), so that reading them needs no capability.
-func sandbox(u *Unit, caps []string, extra ...Directive) {
-	d := []Directive{
-		{"CapabilityBoundingSet", strings.Join(caps, " ")},
-		{"NoNewPrivileges", "yes"},
-		{"ProtectSystem", "strict"},
-		{"ProtectHome", "yes"},
-		{"PrivateTmp", "yes"},
-		{"PrivateDevices", "yes"},
-		{"ProtectKernelTunables", "yes"},
-		{"ProtectKernelModules", "yes"},
-		{"ProtectKernelLogs", "yes"},
-		{"ProtectControlGroups", "yes"},
-		{"ProtectClock", "yes"},
-		{"ProtectHostname", "yes"},
-		{"ProtectProc", "invisible"},
+func sandbox(u *unitfile.File, caps []string, extra ...unitfile.Directive) {
+	d := []unitfile.Directive{
+		{Key: "CapabilityBoundingSet", Value: strings.Join(caps, " ")},
+		{Key: "NoNewPrivileges", Value: "yes"},
+		{Key: "ProtectSystem", Value: "strict"},
+		{Key: "ProtectHome", Value: "yes"},
+		{Key: "PrivateTmp", Value: "yes"},
+		{Key: "PrivateDevices", Value: "yes"},
+		{Key: "ProtectKernelTunables", Value: "yes"},
+		{Key: "ProtectKernelModules", Value: "yes"},
+		{Key: "ProtectKernelLogs", Value: "yes"},
+		{Key: "ProtectControlGroups", Value: "yes"},
+		{Key: "ProtectClock", Value: "yes"},
+		{Key: "ProtectHostname", Value: "yes"},
+		{Key: "ProtectProc", Value: "invisible"},
 		// Netlink: Go lists the host's interfaces through it.
-		{"RestrictAddressFamilies", "AF_UNIX AF_INET AF_INET6 AF_NETLINK"},
-		{"RestrictNamespaces", "yes"},
-		{"RestrictRealtime", "yes"},
-		{"RestrictSUIDSGID", "yes"},
-		{"LockPersonality", "yes"},
-		{"MemoryDenyWriteExecute", "yes"},
-		{"SystemCallArchitectures", "native"},
-		{"SystemCallFilter", "@system-service"},
+		{Key: "RestrictAddressFamilies", Value: "AF_UNIX AF_INET AF_INET6 AF_NETLINK"},
+		{Key: "RestrictNamespaces", Value: "yes"},
+		{Key: "RestrictRealtime", Value: "yes"},
+		{Key: "RestrictSUIDSGID", Value: "yes"},
+		{Key: "LockPersonality", Value: "yes"},
+		{Key: "MemoryDenyWriteExecute", Value: "yes"},
+		{Key: "SystemCallArchitectures", Value: "native"},
+		{Key: "SystemCallFilter", Value: "@system-service"},
 		// A call outside the filter fails; it does not kill the daemon.
-		{"SystemCallErrorNumber", "EPERM"},
-		{"UMask", "0077"},
+		{Key: "SystemCallErrorNumber", Value: "EPERM"},
+		{Key: "UMask", Value: "0077"},
 	}
 	d = append(d, extra...)
 	for i := range u.Sections {
@@ -176,13 +177,13 @@ func unsafeBecause(unit string) string {
 
 // withEtcdDataDir applies the two files before etcd starts: at boot
 // systemd applies them anyway, but cloud-init writes them after that.
-func withEtcdDataDir(u *Unit) {
+func withEtcdDataDir(u *unitfile.File) {
 	for i := range u.Sections {
 		if u.Sections[i].Name == "Service" {
-			u.Sections[i].Directives = append([]Directive{
+			u.Sections[i].Directives = append([]unitfile.Directive{
 				// "+": outside the sandbox, which cannot add users.
-				{"ExecStartPre", "+/usr/bin/systemd-sysusers /" + etcdSysusersPath},
-				{"ExecStartPre", "+/usr/bin/systemd-tmpfiles --create /" + etcdTmpfilesPath},
+				unitfile.Exec("ExecStartPre", "+", "/usr/bin/systemd-sysusers", "/"+etcdSysusersPath),
+				unitfile.Exec("ExecStartPre", "+", "/usr/bin/systemd-tmpfiles", "--create", "/"+etcdTmpfilesPath),
 			}, u.Sections[i].Directives...)
 		}
 	}

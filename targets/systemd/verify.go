@@ -19,6 +19,7 @@ import (
 
 	"github.com/kcompile/kcompile/compiler/ir"
 	"github.com/kcompile/kcompile/targets"
+	"github.com/kcompile/kcompile/targets/unitfile"
 )
 
 // verify parses every file of the tree with the parser its consumer uses
@@ -38,17 +39,25 @@ func verify(tree *targets.Tree, c *ir.Cluster, rc *renderCache) error {
 		p := f.Path
 		switch {
 		case strings.HasSuffix(p, ".service"):
-			u, err := ParseUnit(f.Data)
+			u, err := unitfile.Parse(f.Data)
 			if err != nil {
 				fail(p, err)
 				continue
 			}
-			exec := u.Get("Service", "ExecStart")
+			// What systemd reads must be what was built: no value may
+			// have added a line, a directive or an argument.
+			if built, ok := rc.units[p]; ok {
+				if err := sameUnit(built, u); err != nil {
+					fail(p, err)
+					continue
+				}
+			}
+			exec := u.Commands("Service", "ExecStart")
 			if len(exec) != 1 {
 				fail(p, fmt.Errorf("has %d ExecStart lines", len(exec)))
 				continue
 			}
-			for _, arg := range strings.Fields(exec[0])[1:] {
+			for _, arg := range exec[0].Argv[1:] {
 				if name, value, ok := strings.Cut(arg, "="); ok {
 					flags[name] = append(flags[name], value)
 				}
@@ -149,6 +158,34 @@ func verify(tree *targets.Tree, c *ir.Cluster, rc *renderCache) error {
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("kcompile bug: the systemd tree does not verify: %w", errors.Join(errs...))
+	}
+	return nil
+}
+
+// sameUnit compares a unit as built with the unit parsed from its file:
+// the same sections, directives, values and command arguments, in order.
+func sameUnit(built, read unitfile.File) error {
+	if len(built.Sections) != len(read.Sections) {
+		return fmt.Errorf("reads as %d sections, built with %d", len(read.Sections), len(built.Sections))
+	}
+	for i, bs := range built.Sections {
+		rs := read.Sections[i]
+		if bs.Name != rs.Name || len(bs.Directives) != len(rs.Directives) {
+			return fmt.Errorf("section [%s] reads as [%s] with %d directives, built with %d", bs.Name, rs.Name, len(rs.Directives), len(bs.Directives))
+		}
+		for j, bd := range bs.Directives {
+			rd := rs.Directives[j]
+			switch {
+			case bd.Key != rd.Key:
+				return fmt.Errorf("[%s] directive %d reads as %s, built as %s", bs.Name, j, rd.Key, bd.Key)
+			case (bd.Command == nil) != (rd.Command == nil):
+				return fmt.Errorf("[%s] %s: a command line in one and not the other", bs.Name, bd.Key)
+			case bd.Command == nil && bd.Value != rd.Value:
+				return fmt.Errorf("[%s] %s reads as %q, built as %q", bs.Name, bd.Key, rd.Value, bd.Value)
+			case bd.Command != nil && (bd.Command.Prefix != rd.Command.Prefix || !slices.Equal(bd.Command.Argv, rd.Command.Argv)):
+				return fmt.Errorf("[%s] %s reads as %d arguments %q, built with %d %q", bs.Name, bd.Key, len(rd.Command.Argv), rd.Command.Argv, len(bd.Command.Argv), bd.Command.Argv)
+			}
+		}
 	}
 	return nil
 }

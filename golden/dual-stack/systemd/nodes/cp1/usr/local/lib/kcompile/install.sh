@@ -9,38 +9,53 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 marks=$root/var/lib/kcompile/artifacts
 fail() { echo "kcompile-install: $*" >&2; exit 1; }
+# Each field of a line must have its shape, or the line is refused.
+is_path() { case $1 in /*) ;; *) return 1 ;; esac; case $1 in *[!A-Za-z0-9/._+@:=,-]* | */../* | */..) return 1 ;; esac; }
+is_sum() { [ ${#1} -eq 64 ] && case $1 in *[!0-9a-f]*) return 1 ;; esac; }
+is_url() { case $1 in http://?* | https://?*) ;; *) return 1 ;; esac; case $1 in *[!A-Za-z0-9/._~:?#@!\$\&\'\(\)*+,\;=%-]*) return 1 ;; esac; }
+is_member() { case $1 in '' | -* | /* | ../* | */../* | *[!A-Za-z0-9/._+@:=,-]*) return 1 ;; esac; }
+is_version() { case $1 in '' | *[!A-Za-z0-9\ .:+-]*) return 1 ;; esac; }
 # fetch URL SHA256 prints the path of the download, checked against SHA256.
 fetch() {
 	f=$work/$2
 	if [ ! -f "$f" ]; then
-		curl -fsSL --retry 5 --retry-delay 2 -o "$f.part" "$1" || fail "cannot download $1"
+		curl -fsSL --retry 5 --retry-delay 2 -o "$f.part" -- "$1" || fail "cannot download $1"
 		echo "$2  $f.part" | sha256sum -c --status || fail "$1 does not have sha256 $2"
 		mv "$f.part" "$f"
 	fi
 	printf '%s\n' "$f"
 }
-while IFS='|' read -r kind path a b c; do
+n=0
+while IFS='|' read -r kind path a b c rest; do
+	n=$((n + 1))
+	case $kind in '' | '#'*) continue ;; esac
+	bad() { fail "$list line $n: $*"; }
+	[ -z "$rest" ] || bad "too many fields"
+	is_path "$path" || bad "not a clean absolute path"
 	case $kind in
-	'' | '#'*) continue ;;
 	file)
+		is_sum "$a" && is_url "$b" && [ -z "$c" ] || bad "malformed file line"
 		if [ -x "$root$path" ] && echo "$a  $root$path" | sha256sum -c --status; then continue; fi
 		f=$(fetch "$b" "$a")
 		install -D -m 0755 "$f" "$root$path"
 		;;
 	member)
+		is_sum "$a" && is_url "$b" && is_member "$c" || bad "malformed member line"
 		mark=$marks/$a$(printf '%s' "$path" | tr / _)
 		if [ -x "$root$path" ] && [ -f "$mark" ]; then continue; fi
 		f=$(fetch "$b" "$a")
 		mkdir -p "$work/x-$a"
-		tar -xzf "$f" -C "$work/x-$a" "$c" || fail "$b has no member $c"
+		tar -xzf "$f" -C "$work/x-$a" -- "$c" || fail "$b has no member $c"
 		install -D -m 0755 "$work/x-$a/$c" "$root$path"
 		mkdir -p "$marks"
 		: >"$mark"
 		;;
 	exists)
+		[ -z "$a$b$c" ] || bad "malformed exists line"
 		[ -x "$root$path" ] || fail "$path is missing: install it, or let install.source download it"
 		;;
 	version)
+		[ "$a" = --version ] && is_version "$b" && [ -z "$c" ] || bad "malformed version line"
 		[ -x "$root$path" ] || fail "$path is missing: install it, or let install.source download it"
 		out=$("$root$path" "$a" 2>&1) || fail "$path $a failed: $out"
 		case $out in
@@ -48,7 +63,7 @@ while IFS='|' read -r kind path a b c; do
 		*) fail "$path reports '$out', not $b" ;;
 		esac
 		;;
-	*) fail "unknown kind $kind in $list" ;;
+	*) bad "unknown kind $kind" ;;
 	esac
 done <"$list"
 echo "kcompile-install: binaries in place and checked"
