@@ -20,7 +20,7 @@ const (
 )
 
 func addressesFamily() family {
-	return family{name: "addresses", check: checkAddresses, rules: []Rule{
+	return family{name: "addresses", check: checkAddresses, rules: []diag.Rule{
 		rule(CodeAddressParse, diag.Error, "a node address does not parse as an IP address"),
 		rule(CodeAddressNetwork, diag.Error, "a node address lies outside every declared node network"),
 		rule(CodeAddressFamily, diag.Error, "a node's secondary address is of the same IP family as its primary"),

@@ -24,7 +24,7 @@ const (
 const ProfileCIS = "cis"
 
 func cisFamily() family {
-	return family{name: "cis", check: checkCIS, rules: []Rule{
+	return family{name: "cis", check: checkCIS, rules: []diag.Rule{
 		rule(CodeCISBroken, diag.Error, "a setting breaks an item of the CIS Kubernetes Benchmark that no waiver relaxes (with --profile cis)"),
 		rule(CodeCISWaived, diag.Warning, "a waiver relaxes an item of the CIS Kubernetes Benchmark"),
 		rule(CodeCISWaiverUnused, diag.Warning, "a waiver names a CIS item no setting of the spec breaks"),

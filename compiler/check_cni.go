@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
-	"strings"
 
 	"github.com/kcompile/kcompile/compiler/diag"
 )
@@ -20,7 +19,7 @@ const (
 )
 
 func cniFamily() family {
-	return family{name: "CNI and kube-proxy", check: checkCNI, rules: []Rule{
+	return family{name: "CNI and kube-proxy", check: checkCNI, rules: []diag.Rule{
 		rule(CodeFlannelPolicy, diag.Error, "flannel cannot enforce NetworkPolicy but the spec requires it"),
 		rule(CodeKPRNeedsNone, diag.Error, "cilium replaces kube-proxy but kube-proxy mode is not \"none\""),
 		rule(CodeNoneNeedsKPR, diag.Error, "kube-proxy mode is \"none\" but no CNI plugin replaces it"),
@@ -29,28 +28,6 @@ func cniFamily() family {
 		rule(CodeFlannelWireGuard, diag.Error, "flannel encrypts with mode \"wireguard\", not the wireguard switch"),
 		rule(CodeL2Mode, diag.Warning, "an unencapsulated pod network spans several node networks"),
 	}}
-}
-
-// encapOverhead is the bytes a mode adds to every pod packet on the wire.
-func encapOverhead(plugin, mode string, wireguard bool) (int, string) {
-	if wireguard {
-		// Cilium encrypts the tunnelled packet, so both headers count.
-		if plugin == "cilium" && (mode == "vxlan" || mode == "geneve") {
-			return 130, "WireGuard over " + strings.ToUpper(mode)
-		}
-		return 80, "WireGuard"
-	}
-	switch mode {
-	case "vxlan":
-		return 50, "VXLAN"
-	case "ipip":
-		return 20, "IP-in-IP"
-	case "geneve":
-		return 50, "Geneve"
-	case "wireguard":
-		return 80, "WireGuard"
-	}
-	return 0, "no encapsulation"
 }
 
 func checkCNI(m *model) {

@@ -22,7 +22,7 @@ const (
 )
 
 func controlPlaneFamily() family {
-	return family{name: "control plane", check: checkControlPlane, rules: []Rule{
+	return family{name: "control plane", check: checkControlPlane, rules: []diag.Rule{
 		rule(CodeNoControlPlane, diag.Error, "there is no control-plane node"),
 		rule(CodeEndpointRequired, diag.Error, "more than one control-plane node but no API endpoint (VIP or DNS name)"),
 		rule(CodeEndpointIsNode, diag.Error, "the API endpoint address is a node's address"),

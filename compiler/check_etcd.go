@@ -21,7 +21,7 @@ const (
 )
 
 func etcdFamily() family {
-	return family{name: "etcd", check: checkEtcd, rules: []Rule{
+	return family{name: "etcd", check: checkEtcd, rules: []diag.Rule{
 		rule(CodeEtcdEven, diag.Error, "etcd has an even number of members: no more fault tolerance than one fewer, and more ways to lose quorum"),
 		rule(CodeEtcdSingle, diag.Warning, "etcd has a single member: losing it loses the cluster's state"),
 		rule(CodeEtcdStackedNode, diag.Error, "a stacked etcd member is not a control-plane node"),
@@ -33,46 +33,6 @@ func etcdFamily() family {
 		rule(CodeEtcdStackedAddr, diag.Error, "a stacked etcd member sets its own address, MAC, zone or rack instead of its node's"),
 	}}
 }
-
-// etcdMember is a member as the checks see it.
-type etcdMember struct {
-	name, path, zone, rack string
-	// node is the path that sets zone and rack: the member itself when
-	// external, its control-plane node when stacked.
-	node string
-}
-
-// etcdMembers returns the members of the topology: for stacked etcd the
-// listed control-plane nodes, or all of them.
-func (m *model) etcdMembers() []etcdMember {
-	s := m.spec
-	var out []etcdMember
-	if s.Etcd.Topology == "external" {
-		for _, name := range sortedKeys(s.Etcd.Members) {
-			mem := s.Etcd.Members[name]
-			path := "etcd.members." + quoteLabel(name)
-			out = append(out, etcdMember{name, path, mem.Zone, mem.Rack, path})
-		}
-		return out
-	}
-	names := sortedKeys(s.Etcd.Members)
-	if len(names) == 0 {
-		names = sortedKeys(s.ControlPlane.Nodes)
-	}
-	for _, name := range names {
-		if n, ok := s.ControlPlane.Nodes[name]; ok {
-			node := "controlPlane.nodes." + quoteLabel(name)
-			path := node
-			if _, listed := s.Etcd.Members[name]; listed {
-				path = "etcd.members." + quoteLabel(name)
-			}
-			out = append(out, etcdMember{name, path, n.Zone, n.Rack, node})
-		}
-	}
-	return out
-}
-
-func quorum(n int) int { return n/2 + 1 }
 
 func checkEtcd(m *model) {
 	s := m.spec

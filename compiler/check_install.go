@@ -5,7 +5,6 @@ import (
 	"strings"
 
 	"github.com/kcompile/kcompile/compiler/diag"
-	"github.com/kcompile/kcompile/compiler/ir"
 )
 
 const (
@@ -17,7 +16,7 @@ const (
 )
 
 func installFamily() family {
-	return family{name: "install", check: checkInstall, rules: []Rule{
+	return family{name: "install", check: checkInstall, rules: []diag.Rule{
 		rule(CodeArtifactShape, diag.Error, "an artifact sets both or neither of path and extract"),
 		rule(CodeBinaryMissing, diag.Error, "with source \"download\", a binary a node needs comes from no artifact"),
 		rule(CodeArtifactUnused, diag.Warning, "an artifact installs nothing any node needs"),
@@ -89,17 +88,4 @@ func summarizeNames(names []string) string {
 		return strings.Join(names, ", ")
 	}
 	return fmt.Sprintf("%s and %d more nodes", strings.Join(names[:3], ", "), len(names)-3)
-}
-
-// irNodeForBinaries lowers a node far enough to know its components, so
-// the check and the lowering agree on what it runs.
-func irNodeForBinaries(m *model, n *mnode) ir.Node {
-	stacked := false
-	if n.role == ir.RoleControlPlane {
-		for _, e := range m.etcdMembers() {
-			stacked = stacked || e.name == n.name
-		}
-	}
-	node := lowerNode(m, n, stacked)
-	return node
 }

@@ -2,8 +2,9 @@ package compiler
 
 import (
 	"fmt"
-	"k8s.io/apimachinery/pkg/util/validation"
 	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/kcompile/kcompile/compiler/diag"
 )
@@ -20,7 +21,7 @@ const (
 )
 
 func namesFamily() family {
-	return family{name: "names", check: checkNames, rules: []Rule{
+	return family{name: "names", check: checkNames, rules: []diag.Rule{
 		rule(CodeClusterName, diag.Error, "the cluster name is not a DNS-1123 label"),
 		rule(CodeNodeName, diag.Error, "a node name is not a DNS-1123 subdomain"),
 		rule(CodeDupName, diag.Error, "two nodes (control plane, etcd, workers, pools) have the same name"),

@@ -25,7 +25,7 @@ const (
 )
 
 func networksFamily() family {
-	return family{name: "networks", check: checkNetworks, rules: []Rule{
+	return family{name: "networks", check: checkNetworks, rules: []diag.Rule{
 		rule(CodeCIDRParse, diag.Error, "a CIDR does not parse or has host bits set"),
 		rule(CodeCIDROverlap, diag.Error, "two of pod CIDR, service CIDR, node networks and the API VIP overlap"),
 		rule(CodeFamilyMismatch, diag.Error, "the pod and service CIDRs of one position (primary or secondary) are of different IP families"),

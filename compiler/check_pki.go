@@ -18,54 +18,13 @@ const (
 )
 
 func pkiFamily() family {
-	return family{name: "PKI", check: checkPKI, rules: []Rule{
+	return family{name: "PKI", check: checkPKI, rules: []diag.Rule{
 		rule(CodeRSAWeak, diag.Error, "RSA keys shorter than 2048 bits"),
 		rule(CodeRSASize, diag.Error, "an RSA key size other than 2048, 3072 or 4096 bits"),
 		rule(CodeLeafOutlivesCA, diag.Error, "leaf certificates are valid longer than their CA"),
 		rule(CodeZeroValidity, diag.Error, "a certificate validity is zero or longer than 200 years"),
 		rule(CodeClockSkew, diag.Error, "pki.clockSkew is longer than 24 hours"),
 	}}
-}
-
-// maxValidity bounds certificate validities: a time.Duration holds only
-// about 292 years, and longer values would wrap around.
-const maxValidity = 200 * 365 * 24 * time.Hour
-
-// parseValidity reads the schema's duration form: a whole number of hours,
-// days or 365-day years. It returns 0 for a value above maxValidity.
-func parseValidity(s string) time.Duration {
-	if len(s) < 2 {
-		return 0
-	}
-	n, err := strconv.ParseInt(s[:len(s)-1], 10, 64)
-	unit := map[byte]time.Duration{'h': time.Hour, 'd': 24 * time.Hour, 'y': 365 * 24 * time.Hour}[s[len(s)-1]]
-	// The count is bounded, not the product, which could overflow.
-	if err != nil || unit == 0 || n > int64(maxValidity/unit) {
-		return 0
-	}
-	return time.Duration(n) * unit
-}
-
-// maxClockSkew bounds the backdating of leaves: clocks a day apart are a
-// broken time service to fix, not a skew to paper over, and a long
-// backdating makes a renewed certificate valid before the decision to
-// issue it.
-const maxClockSkew = 24 * time.Hour
-
-// parseSkew reads the schema's skew form: a whole number of seconds,
-// minutes or hours. It returns -1 for a value above maxClockSkew, so that
-// zero (no backdating) stays a valid choice.
-func parseSkew(s string) time.Duration {
-	if len(s) < 2 {
-		return -1
-	}
-	n, err := strconv.ParseInt(s[:len(s)-1], 10, 64)
-	unit := map[byte]time.Duration{'s': time.Second, 'm': time.Minute, 'h': time.Hour}[s[len(s)-1]]
-	// The count is bounded, not the product, which could overflow.
-	if err != nil || unit == 0 || n < 0 || n > int64(maxClockSkew/unit) {
-		return -1
-	}
-	return time.Duration(n) * unit
 }
 
 func checkPKI(m *model) {

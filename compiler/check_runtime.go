@@ -12,7 +12,7 @@ const (
 )
 
 func runtimeFamily() family {
-	return family{name: "runtime", check: checkRuntime, rules: []Rule{
+	return family{name: "runtime", check: checkRuntime, rules: []diag.Rule{
 		rule(CodeDockerEngine, diag.Error, "Docker Engine is not a CRI runtime from Kubernetes 1.24 on"),
 		rule(CodeCgroupDriver, diag.Error, "the kubelet's and the runtime's cgroup drivers differ"),
 	}}

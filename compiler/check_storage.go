@@ -17,7 +17,7 @@ const (
 )
 
 func storageFamily() family {
-	return family{name: "storage", check: checkStorage, rules: []Rule{
+	return family{name: "storage", check: checkStorage, rules: []diag.Rule{
 		rule(CodeNoDefaultClass, diag.Error, "StorageClasses exist but none is the default"),
 		rule(CodeManyDefaults, diag.Error, "more than one StorageClass is the default"),
 		rule(CodeUnknownDriver, diag.Error, "a StorageClass names a CSI driver that is not declared"),

@@ -42,7 +42,7 @@ const (
 )
 
 func valuesFamily() family {
-	return family{name: "values", check: checkValues, rules: []Rule{
+	return family{name: "values", check: checkValues, rules: []diag.Rule{
 		rule(CodeLabelValue, diag.Error, "a node label value is not a valid Kubernetes label value"),
 		rule(CodeTaintValue, diag.Error, "a taint value is not a valid Kubernetes taint value"),
 		rule(CodeFailureDomain, diag.Error, "a zone or rack is not a valid Kubernetes label value (zones become topology.kubernetes.io/zone)"),

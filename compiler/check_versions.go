@@ -25,7 +25,7 @@ const (
 )
 
 func versionsFamily() family {
-	return family{name: "versions", check: checkVersions, rules: []Rule{
+	return family{name: "versions", check: checkVersions, rules: []diag.Rule{
 		rule(CodeK8sUnsupported, diag.Error, fmt.Sprintf("the Kubernetes version is outside 1.%d–1.%d", minMinor, maxMinor)),
 		rule(CodeKubeletNewer, diag.Error, "a kubelet is newer than the API server"),
 		rule(CodeKubeletOld, diag.Error, "a kubelet is more than three minor versions older than the API server"),

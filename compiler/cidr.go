@@ -2,10 +2,11 @@ package compiler
 
 import (
 	"fmt"
-	"github.com/kcompile/kcompile/compiler/diag"
 	"math/big"
 	"net/netip"
 	"strings"
+
+	"github.com/kcompile/kcompile/compiler/diag"
 )
 
 // prefix parses the CIDR written at path, reporting a malformed one once.

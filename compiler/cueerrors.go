@@ -56,7 +56,8 @@ func fromCUE(err error, code string, l *loaded, hint string) diag.List {
 		if strings.Contains(msg, "incomplete value") || strings.Contains(msg, "non-concrete value") {
 			d.Code = CodeMissing
 			d.Message = fmt.Sprintf("required value %s is not set (%s)", path, kindOf(msg))
-			d.Hint = fmt.Sprintf("set %s in the spec; `kcompile explain` shows what each field means", path)
+			w := l.docWords()
+			d.Hint = fmt.Sprintf("set %s in the %s; %s", path, w.noun, w.explains)
 		}
 		if d.Hint == "" {
 			d.Hint = hintFor(msg, path, l)
@@ -163,13 +164,16 @@ func kindOf(msg string) string {
 	return "expected " + msg
 }
 
-// schemaAt looks path up in the schema, following pattern constraints
-// ([string]: #Node) and list element types where the path names a key or
-// an index the schema cannot know.
+// schemaAt looks path up in the schema, following optional fields,
+// pattern constraints ([string]: #Node) and list element types where the
+// path names a key or an index the schema cannot know.
 func schemaAt(def cue.Value, path cue.Path) cue.Value {
 	v := def
 	for _, sel := range path.Selectors() {
 		next := v.LookupPath(cue.MakePath(sel))
+		if !next.Exists() && sel.Type() == cue.StringLabel {
+			next = v.LookupPath(cue.MakePath(sel.Optional()))
+		}
 		if !next.Exists() {
 			any := cue.AnyString
 			if sel.Type() == cue.IndexLabel {
@@ -280,6 +284,19 @@ func selectors(path []string) []cue.Selector {
 	return sels
 }
 
+// docWords are the words hints use for what was loaded and where its
+// fields are explained: a spec and a scenario differ.
+type docWords struct{ noun, explains, lists string }
+
+// docWords are the words of the document l loaded; a spec's when l is nil
+// or says nothing.
+func (l *loaded) docWords() docWords {
+	if l != nil && l.words.noun != "" {
+		return l.words
+	}
+	return docWords{noun: "spec", explains: "`kcompile explain` shows what each field means", lists: "`kcompile explain` lists the fields"}
+}
+
 // hintFor suggests a fix for the common CUE error messages.
 func hintFor(msg, path string, l *loaded) string {
 	switch {
@@ -288,7 +305,7 @@ func hintFor(msg, path string, l *loaded) string {
 		if s := l.suggest(path); s != "" {
 			return fmt.Sprintf("%s is not a field here; did you mean %s?", field, s)
 		}
-		return fmt.Sprintf("%s is not a field here; remove it or check its spelling (`kcompile explain` lists the fields)", field)
+		return fmt.Sprintf("%s is not a field here; remove it or check its spelling (%s)", field, l.docWords().lists)
 	case strings.Contains(msg, "is not allowed here; allowed:"):
 		return "use one of the allowed values"
 	case strings.Contains(msg, "mismatched types"):
@@ -302,7 +319,7 @@ func hintFor(msg, path string, l *loaded) string {
 	case strings.Contains(msg, "structural cycle"):
 		return "a value may not contain itself: refer to another field, or write the value out"
 	case strings.Contains(msg, "reference") && strings.Contains(msg, "not found"):
-		return "the spec refers to a name that is not defined; check its spelling"
+		return fmt.Sprintf("the %s refers to a name that is not defined; check its spelling", l.docWords().noun)
 	}
 	return "fix the value at the position shown"
 }

@@ -46,6 +46,8 @@ type loaded struct {
 	// firstFile is the first spec file, for diagnostics about the spec as a
 	// whole.
 	firstFile string
+	// words name what was loaded in hints; zero for a spec.
+	words docWords
 }
 
 // load reads the spec package, checks its apiVersion and unifies it with the
@@ -125,25 +127,14 @@ func loadSpec(ctx *cue.Context, src Source) (*loaded, diag.List) {
 	}
 	l.version = version
 
-	def, err := buildSchema(ctx, version)
+	def, err := buildSchema(ctx, version, "#Cluster")
 	if err != nil {
 		// The schema is embedded and tested; failing here is a kcompile bug.
 		return nil, diag.List{{Code: CodeInternal, Severity: diag.Error, Message: "internal error: embedded schema does not build: " + err.Error()}}
 	}
 	l.def = def
 	l.value = user.Unify(def)
-	if err := l.value.Validate(cue.Concrete(true)); err != nil {
-		diags = fromCUE(err, CodeSchema, l, "")
-	}
-	// CUE leaves out missing values when other errors exist; report them
-	// too, so the user sees every problem at once.
-	for _, path := range missingValues(l.value) {
-		v := l.value.LookupPath(cue.ParsePath(path))
-		if len(diags) > 0 && consequence(diags, path, v, l.def) {
-			continue
-		}
-		diags.Add(missingDiagnostic(l, path, v))
-	}
+	diags = l.validate()
 	if ambiguous := ambiguities(l); len(ambiguous) > 0 {
 		// A disjunction left open leaves every value computed from it
 		// open too: report the choice the user has to make, once, and
@@ -160,6 +151,24 @@ func loadSpec(ctx *cue.Context, src Source) (*loaded, diag.List) {
 		return nil, diags
 	}
 	return l, nil
+}
+
+// validate reports every way the unified value does not match the schema.
+func (l *loaded) validate() diag.List {
+	var diags diag.List
+	if err := l.value.Validate(cue.Concrete(true)); err != nil {
+		diags = fromCUE(err, CodeSchema, l, "")
+	}
+	// CUE leaves out missing values when other errors exist; report them
+	// too, so the user sees every problem at once.
+	for _, path := range missingValues(l.value) {
+		v := l.value.LookupPath(cue.ParsePath(path))
+		if len(diags) > 0 && consequence(diags, path, v, l.def) {
+			continue
+		}
+		diags.Add(missingDiagnostic(l, path, v))
+	}
+	return diags
 }
 
 // ambiguities finds the disjunctions the user wrote that the schema does
@@ -287,7 +296,7 @@ func missingDiagnostic(l *loaded, path string, v cue.Value) diag.Diagnostic {
 	return diag.Diagnostic{Code: CodeMissing, Severity: diag.Error, Path: path,
 		Message:   fmt.Sprintf("required value %s is not set (expected %s)", path, v.IncompleteKind()),
 		Positions: sortPositions(convertPositions(ps)),
-		Hint:      fmt.Sprintf("set %s in the spec; `kcompile explain` shows what each field means", path)}
+		Hint:      fmt.Sprintf("set %s in the %s; %s", path, l.docWords().noun, l.docWords().explains)}
 }
 
 // checkDir reports a spec directory that does not exist, is a file or holds
@@ -317,9 +326,10 @@ func checkDir(src Source, dir string) *diag.Diagnostic {
 }
 
 // buildSchema compiles the embedded schema package of a version and returns
-// its #Cluster definition. File names are repository-relative so positions
-// in diagnostics point at schema/v1alpha1/*.cue.
-func buildSchema(ctx *cue.Context, v schema.Version) (cue.Value, error) {
+// its definition def (#Cluster, #Scenario). File names are
+// repository-relative so positions in diagnostics point at
+// schema/v1alpha1/*.cue.
+func buildSchema(ctx *cue.Context, v schema.Version, def string) (cue.Value, error) {
 	files, err := schema.Files(v)
 	if err != nil {
 		return cue.Value{}, err
@@ -338,8 +348,8 @@ func buildSchema(ctx *cue.Context, v schema.Version) (cue.Value, error) {
 	if err := val.Err(); err != nil {
 		return cue.Value{}, err
 	}
-	def := val.LookupPath(cue.ParsePath("#Cluster"))
-	return def, def.Err()
+	d := val.LookupPath(cue.ParsePath(def))
+	return d, d.Err()
 }
 
 // recordWritten walks the user's value and records where each path was

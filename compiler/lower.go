@@ -376,3 +376,16 @@ func lowerBoot(b *specBoot, nodes []ir.Node) *ir.Boot {
 	}
 	return out
 }
+
+// irNodeForBinaries lowers a node far enough to know its components, so
+// the check and the lowering agree on what it runs.
+func irNodeForBinaries(m *model, n *mnode) ir.Node {
+	stacked := false
+	if n.role == ir.RoleControlPlane {
+		for _, e := range m.etcdMembers() {
+			stacked = stacked || e.name == n.name
+		}
+	}
+	node := lowerNode(m, n, stacked)
+	return node
+}

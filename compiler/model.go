@@ -1,12 +1,13 @@
 package compiler
 
 import (
-	"cuelang.org/go/cue"
 	"fmt"
 	"net/netip"
 	"regexp"
 	"sort"
 	"strings"
+
+	"cuelang.org/go/cue"
 
 	"github.com/kcompile/kcompile/compiler/diag"
 	"github.com/kcompile/kcompile/compiler/ir"

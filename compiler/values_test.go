@@ -19,7 +19,7 @@ import (
 // for any list index, ":key" for the field names of a pattern.
 func schemaStrings(t *testing.T) []string {
 	t.Helper()
-	def, err := buildSchema(cuecontext.New(), schema.Versions()[0])
+	def, err := buildSchema(cuecontext.New(), schema.Versions()[0], "#Cluster")
 	if err != nil {
 		t.Fatal(err)
 	}

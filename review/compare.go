@@ -2,20 +2,15 @@ package review
 
 import (
 	"bytes"
-	"compress/gzip"
-	"encoding/base64"
 	"fmt"
-	"io"
 	"io/fs"
 	"regexp"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 
-	"sigs.k8s.io/yaml"
-
 	"github.com/kcompile/kcompile/targets"
+	"github.com/kcompile/kcompile/targets/cloudinit"
 )
 
 // Status is what happened to a file or node.
@@ -403,22 +398,22 @@ func resolve(ref string, all map[string]bool, dirs bool) []string {
 // userDataAffects is the units a user-data change touches: the restarts
 // its files would cause on a running node.
 func userDataAffects(old, new []byte) []string {
-	fa, _, errA := decodeUserData(old)
-	fb, _, errB := decodeUserData(new)
+	da, errA := cloudinit.Decode(old)
+	db, errB := cloudinit.Decode(new)
 	if errA != nil || errB != nil {
 		return nil
 	}
 	a, b := map[string][]byte{}, map[string][]byte{}
 	changedRoots := map[string]bool{}
-	for p, f := range fa {
+	for p, f := range da.Files {
 		a[p] = f.Data
-		if g, ok := fb[p]; !ok || !bytes.Equal(f.Data, g.Data) || f.Mode != g.Mode {
+		if g, ok := db.Files[p]; !ok || !bytes.Equal(f.Data, g.Data) || f.Mode != g.Mode {
 			changedRoots[p] = true
 		}
 	}
-	for p, f := range fb {
+	for p, f := range db.Files {
 		b[p] = f.Data
-		if _, ok := fa[p]; !ok {
+		if _, ok := da.Files[p]; !ok {
 			changedRoots[p] = true
 		}
 	}
@@ -428,74 +423,18 @@ func userDataAffects(old, new []byte) []string {
 	return out
 }
 
-// userDataFile is a write_files entry.
-type userDataFile struct {
-	Path        string `json:"path"`
-	Permissions string `json:"permissions"`
-	Owner       string `json:"owner"`
-	Encoding    string `json:"encoding"`
-	Content     string `json:"content"`
-}
-
-// decodeUserData splits user-data into the files it writes (decoded)
-// and the rest of the config.
-func decodeUserData(data []byte) (map[string]targets.File, []byte, error) {
-	var doc map[string]any
-	if err := yaml.Unmarshal(data, &doc); err != nil {
-		return nil, nil, err
-	}
-	var wf struct {
-		WriteFiles []userDataFile `json:"write_files"`
-	}
-	if err := yaml.Unmarshal(data, &wf); err != nil {
-		return nil, nil, err
-	}
-	files := map[string]targets.File{}
-	for _, f := range wf.WriteFiles {
-		content := []byte(f.Content)
-		switch f.Encoding {
-		case "b64", "base64":
-			d, err := base64.StdEncoding.DecodeString(f.Content)
-			if err != nil {
-				return nil, nil, err
-			}
-			content = d
-		case "gz+b64", "gzip+base64", "gz+base64", "gzip+b64":
-			d, err := base64.StdEncoding.DecodeString(f.Content)
-			if err != nil {
-				return nil, nil, err
-			}
-			zr, err := gzip.NewReader(bytes.NewReader(d))
-			if err != nil {
-				return nil, nil, err
-			}
-			if content, err = io.ReadAll(zr); err != nil {
-				return nil, nil, err
-			}
-		}
-		mode, _ := strconv.ParseUint(f.Permissions, 8, 32)
-		files[f.Path] = targets.File{Path: f.Path, Data: content, Mode: fs.FileMode(mode)}
-	}
-	delete(doc, "write_files")
-	rest, err := yaml.Marshal(doc)
-	if err != nil {
-		return nil, nil, err
-	}
-	return files, rest, nil
-}
-
 // userDataLines describes user-data by the files it writes, each in its
 // own kind, and then the rest of its config.
 func userDataLines(old, new []byte) []string {
-	fa, restA, errA := decodeOrEmpty(old)
-	fb, restB, errB := decodeOrEmpty(new)
+	da, errA := decodeOrEmpty(old)
+	db, errB := decodeOrEmpty(new)
 	if errA != nil || errB != nil {
 		return []string{"content: " + change(hashOrEmpty(old), hashOrEmpty(new)) + " (not decodable; holds secrets, not shown)"}
 	}
 	var out []string
-	for _, p := range unionKeys(fa, fb) {
-		a, inA := fa[p]
-		b, inB := fb[p]
+	for _, p := range unionKeys(da.Files, db.Files) {
+		a, inA := da.Files[p]
+		b, inB := db.Files[p]
 		if inA && inB && bytes.Equal(a.Data, b.Data) && a.Mode == b.Mode {
 			continue
 		}
@@ -522,9 +461,9 @@ func userDataLines(old, new []byte) []string {
 			out = append(out, "  "+l)
 		}
 	}
-	if !bytes.Equal(restA, restB) {
+	if !bytes.Equal(da.Rest, db.Rest) {
 		out = append(out, "config (besides write_files):")
-		for _, l := range unifiedBody(Unified("a", "b", restA, restB, 3)) {
+		for _, l := range unifiedBody(Unified("a", "b", da.Rest, db.Rest, 3)) {
 			out = append(out, "  "+l)
 		}
 	}
@@ -534,11 +473,13 @@ func userDataLines(old, new []byte) []string {
 	return out
 }
 
-func decodeOrEmpty(b []byte) (map[string]targets.File, []byte, error) {
+// decodeOrEmpty reads a user-data that is not there (nil) as one that
+// writes nothing and configures nothing.
+func decodeOrEmpty(b []byte) (cloudinit.Decoded, error) {
 	if b == nil {
-		return map[string]targets.File{}, nil, nil
+		return cloudinit.Decoded{}, nil
 	}
-	return decodeUserData(b)
+	return cloudinit.Decode(b)
 }
 
 // unifiedBody is a unified diff without its file headers, for showing

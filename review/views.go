@@ -16,7 +16,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"k8s.io/client-go/tools/clientcmd"
+	"github.com/kcompile/kcompile/compiler/pki"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
@@ -327,7 +327,7 @@ func kubeconfigLines(old, new []byte) []string {
 		if b == nil {
 			return clientcmdapi.NewConfig(), nil
 		}
-		return clientcmd.Load(b)
+		return pki.LoadKubeconfig(b)
 	}
 	a, errA := load(old)
 	b, errB := load(new)

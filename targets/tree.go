@@ -72,3 +72,9 @@ func (t *Tree) Get(p string) (File, bool) {
 
 // Len is the number of files.
 func (t *Tree) Len() int { return len(t.files) }
+
+// NodePath is where a node's root-relative file goes in a target's tree.
+func NodePath(node, p string) string { return "nodes/" + node + "/" + p }
+
+// ClusterPath is where a cluster-wide file goes in a target's tree.
+func ClusterPath(p string) string { return "cluster/" + p }

@@ -8,23 +8,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kcompile/kcompile/fixture"
+
 	"github.com/kcompile/kcompile/compiler/pki"
 )
 
 // testSecrets is a private copy of the test-only bundle: git checks
 // testdata/test-secrets.json out 0644, which the CLI refuses (KC1110).
-func testSecrets(t testing.TB) string {
-	t.Helper()
-	data, err := os.ReadFile("../../testdata/test-secrets.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := filepath.Join(t.TempDir(), "secrets.json")
-	if err := os.WriteFile(p, data, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
+func testSecrets(t testing.TB) string { return fixture.BundleFile(t) }
 
 func TestParseDuration(t *testing.T) {
 	const day, year = 24 * time.Hour, 365 * 24 * time.Hour

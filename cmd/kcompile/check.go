@@ -7,6 +7,7 @@ import (
 	"github.com/kcompile/kcompile/compiler/diag"
 	"github.com/kcompile/kcompile/compiler/ir"
 	"github.com/kcompile/kcompile/compiler/pki"
+	"github.com/kcompile/kcompile/pipeline"
 )
 
 type checkCmd struct {
@@ -18,21 +19,22 @@ type checkCmd struct {
 }
 
 func (c *checkCmd) Run(e *env) error {
-	cluster, diags := compiler.Compile(compiler.Source{Dir: c.Dir, Profile: c.Profile})
-	if cluster != nil {
-		var b *pki.Bundle
-		if c.Secrets != "" {
-			var bundleDiags diag.List
-			var err error
-			if b, bundleDiags, err = loadBundle(c.Secrets); err != nil {
-				return err
-			}
-			diags = append(diags, bundleDiags...)
+	var diags diag.List
+	var b *pki.Bundle
+	if c.Secrets != "" {
+		var err error
+		if b, diags, err = loadBundle(c.Secrets); err != nil {
+			return err
 		}
-		diags = append(diags, pki.Check(cluster, b, e.now)...).Sorted()
-		if diags.HasErrors() {
-			cluster = nil
-		}
+	}
+	out, err := pipeline.Run(pipeline.Input{Source: compiler.Source{Dir: c.Dir, Profile: c.Profile}, Bundle: b, Now: e.now})
+	if err != nil {
+		return err
+	}
+	diags = append(diags, out.Diagnostics...).Sorted()
+	cluster := out.Cluster
+	if diags.HasErrors() {
+		cluster = nil
 	}
 	if c.Strict {
 		diags = diags.Strict()

@@ -10,7 +10,7 @@ import (
 	"strings"
 
 	"github.com/kcompile/kcompile/compiler/ir"
-	"github.com/kcompile/kcompile/compiler/pki"
+	"github.com/kcompile/kcompile/pipeline"
 	"github.com/kcompile/kcompile/review"
 	"github.com/kcompile/kcompile/targets"
 )
@@ -128,7 +128,11 @@ func compareSides(a, b diffSide) *review.Report {
 
 // side compiles one spec with the shared bundle and builds the target(s).
 func (c *diffCmd) side(e *env, dir, label string) (diffSide, error) {
-	cl, b, err := compileWithBundle(e, dir, c.Secrets)
+	names := []pipeline.Target{pipeline.Target(c.Target)}
+	if c.Target == "all" {
+		names = []pipeline.Target{pipeline.Systemd, pipeline.CloudInit}
+	}
+	out, err := specAndSecrets{Dir: dir, Secrets: c.Secrets}.run(e, names...)
 	if err != nil {
 		var s statusError
 		if errors.As(err, &s) {
@@ -136,25 +140,12 @@ func (c *diffCmd) side(e *env, dir, label string) (diffSide, error) {
 		}
 		return diffSide{}, err
 	}
-	m, err := pki.Issue(cl, b)
-	if err != nil {
-		return diffSide{}, err
-	}
-	s := diffSide{label: label, etcd: etcdMembers(cl)}
-	targetNames := []string{c.Target}
-	if c.Target == "all" {
-		targetNames = []string{"systemd", "cloudinit"}
-	}
-	s.tree = targets.NewTree()
-	for _, name := range targetNames {
-		t, err := buildTarget(e, m, name)
-		if err != nil {
-			return diffSide{}, fmt.Errorf("%s: %w", label, err)
-		}
-		for _, f := range t.Files() {
+	s := diffSide{label: label, etcd: etcdMembers(out.Cluster), tree: targets.NewTree()}
+	for _, name := range names {
+		for _, f := range out.Trees[name].Files() {
 			p := f.Path
 			if c.Target == "all" {
-				p = name + "/" + p
+				p = string(name) + "/" + p
 			}
 			if err := s.tree.Add(p, f.Data, f.Mode); err != nil {
 				return diffSide{}, err

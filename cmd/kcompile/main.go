@@ -33,7 +33,7 @@ type cli struct {
 	Build      buildCmd      `cmd:"" help:"Compile a spec into a target and write it atomically to OUT/<target>."`
 	Diff       diffCmd       `cmd:"" help:"Show what a spec change does to the compiled cluster: nodes, files, restarts, etcd quorum; or compare a built tree with a golden directory."`
 	Provision  provisionCmd  `cmd:"" help:"Provision bare metal: serve every node's cloud-init through Matchbox with OpenTofu/Terraform (init, plan, confirm, apply)."`
-	Sim        simCmd        `cmd:"" help:"Run the compiled cluster in this process: real etcd and control plane, simulated kubelets."`
+	Sim        simCmd        `cmd:"" passthrough:"all" help:"Run the compiled cluster in one process: real etcd and control plane, simulated kubelets (runs kcompile-sim; kcompile sim --help lists its flags)."`
 	Secrets    secretsCmd    `cmd:"" help:"Create or import the secrets bundle."`
 	PKI        pkiCmd        `cmd:"" name:"pki" help:"Inspect, renew and verify the cluster's certificates."`
 	Version    versionCmd    `cmd:"" help:"Print the kcompile version and the schema versions it understands."`

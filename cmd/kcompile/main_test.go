@@ -1,15 +1,14 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kcompile/kcompile/fixture"
 
 	"github.com/rogpeppe/go-internal/testscript"
 )
@@ -61,22 +60,19 @@ const maxHostile = 10 * time.Second
 // scriptParams are the testscript parameters shared by the script
 // directories.
 func scriptParams(t *testing.T, dir string) testscript.Params {
-	examples, err := filepath.Abs("../../examples")
-	if err != nil {
-		t.Fatal(err)
-	}
+	examples := fixture.Path("examples")
 	return testscript.Params{
 		Dir:                 dir,
 		RequireExplicitExec: true,
 		UpdateScripts:       os.Getenv("KCOMPILE_UPDATE") != "",
-		Cmds:                map[string]func(*testscript.TestScript, bool, []string){"status": status},
+		Cmds:                map[string]func(*testscript.TestScript, bool, []string){"status": fixture.Status},
 		Setup: func(env *testscript.Env) error {
 			// Outputs that depend on the clock use 2026-06-01.
 			env.Setenv("SOURCE_DATE_EPOCH", "1780272000")
 			// The directory testscript puts kcompile in, for scripts that
 			// need a PATH with nothing else on it.
 			env.Setenv("KCOMPILE_BIN", strings.SplitN(env.Getenv("PATH"), string(os.PathListSeparator), 2)[0])
-			bundle, err := os.ReadFile(filepath.Join(examples, "..", "testdata", "test-secrets.json"))
+			bundle, err := os.ReadFile(fixture.Path("testdata/test-secrets.json"))
 			if err != nil {
 				return err
 			}
@@ -85,28 +81,5 @@ func scriptParams(t *testing.T, dir string) testscript.Params {
 			}
 			return os.CopyFS(filepath.Join(env.WorkDir, "examples"), os.DirFS(examples))
 		},
-	}
-}
-
-// status runs a program and checks its exit status: "status 2 kcompile
-// check --bogus". Its output is kept for stdout and stderr assertions.
-func status(ts *testscript.TestScript, neg bool, args []string) {
-	if neg || len(args) < 2 {
-		ts.Fatalf("usage: status CODE PROGRAM [ARGS...]")
-	}
-	want, err := strconv.Atoi(args[0])
-	if err != nil {
-		ts.Fatalf("status: bad exit code %q", args[0])
-	}
-	got := 0
-	if err := ts.Exec(args[1], args[2:]...); err != nil {
-		var exit *exec.ExitError
-		if !errors.As(err, &exit) {
-			ts.Fatalf("status: %v", err)
-		}
-		got = exit.ExitCode()
-	}
-	if got != want {
-		ts.Fatalf("%s exited with status %d, want %d", args[1], got, want)
 	}
 }

@@ -27,11 +27,11 @@ type specAndSecrets struct {
 }
 
 func (a specAndSecrets) issue(e *env) (*pki.Material, error) {
-	c, b, err := compileWithBundle(e, a.Dir, a.Secrets)
+	out, err := a.run(e)
 	if err != nil {
 		return nil, err
 	}
-	return pki.Issue(c, b)
+	return out.Material, nil
 }
 
 type pkiListCmd struct {
@@ -192,12 +192,13 @@ func (c *pkiVerifyCmd) Run(e *env) error {
 		if cerr != nil {
 			return cerr
 		}
-		problems, err = pki.Verify(root, cl, e.now)
+		problems, err = pki.Verify(os.DirFS(root), cl, e.now)
 	} else {
-		problems, err = pki.Verify(root, nil, e.now)
+		problems, err = pki.Verify(os.DirFS(root), nil, e.now)
 	}
 	if err != nil {
-		return statusError{code: exitProblems, msg: err.Error()}
+		// Verify's errors name paths inside the tree, as its problems do.
+		return statusError{code: exitProblems, msg: root + ": " + err.Error()}
 	}
 	if c.Output == "json" {
 		enc := json.NewEncoder(e.stdout)

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kcompile/kcompile/pipeline"
 	"github.com/kcompile/kcompile/targets/terraform"
 )
 
@@ -42,14 +43,11 @@ const reachTimeout = 10 * time.Second
 const tofuLock = ".terraform.lock.hcl"
 
 func (c *provisionCmd) Run(e *env) (err error) {
-	m, err := c.issue(e)
+	out, err := c.run(e, pipeline.Terraform)
 	if err != nil {
 		return err
 	}
-	tree, err := buildTarget(e, m, "terraform")
-	if err != nil {
-		return err
-	}
+	tree := out.Trees[pipeline.Terraform]
 	tool, err := findTool(c.Tofu)
 	if err != nil {
 		return err

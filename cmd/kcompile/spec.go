@@ -3,20 +3,17 @@ package main
 import (
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
-	"regexp"
-	"runtime"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/kcompile/kcompile/compiler"
 	"github.com/kcompile/kcompile/compiler/diag"
 	"github.com/kcompile/kcompile/compiler/ir"
 	"github.com/kcompile/kcompile/compiler/pki"
+	"github.com/kcompile/kcompile/pipeline"
 )
 
 // compileSpec compiles the spec at dir for a command that needs a valid
@@ -25,119 +22,59 @@ import (
 func compileSpec(e *env, dir string) (*ir.Cluster, error) {
 	c, diags := compiler.Compile(compiler.Source{Dir: dir})
 	if c == nil {
-		if err := diags.Relative(e.cwd).WriteText(e.stderr); err != nil {
-			return nil, err
-		}
-		return nil, statusError{code: exitProblems, msg: "the spec has errors; `kcompile check` explains them"}
+		return nil, printDiagnostics(e, diags, "the spec has errors; `kcompile check` explains them")
 	}
 	return c, nil
 }
 
-// loadBundle reads a secrets bundle. A bundle that is there but cannot be
-// used (open to other users, damaged) is reported as a diagnostic at its
-// file; a missing one as an error. Neither ever quotes key material.
+// loadBundle reads a secrets bundle for a command, with the message a
+// missing one deserves.
 func loadBundle(file string) (*pki.Bundle, diag.List, error) {
-	f, err := os.Open(file)
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return nil, nil, statusError{code: exitProblems, msg: fmt.Sprintf("secrets bundle %s does not exist; create one with `kcompile secrets init -o %s`", file, file)}
-		}
-		return nil, nil, err
+	b, diags, err := pipeline.LoadBundle(file)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil, statusError{code: exitProblems, msg: fmt.Sprintf("secrets bundle %s does not exist; create one with `kcompile secrets init -o %s`", file, file)}
 	}
-	defer f.Close()
-	at := []diag.Pos{{File: file}}
-	// The mode of the file read, not of the path, which could be replaced
-	// between a stat and an open.
-	info, err := f.Stat()
-	if err != nil {
-		return nil, nil, err
-	}
-	if msg, ok := exposedBundle(file, info.Mode()); ok {
-		return nil, diag.List{{Code: pki.CodeBundleMode, Severity: pki.Severity(pki.CodeBundleMode), Message: msg, Positions: at,
-			Hint: "the bundle holds every private key of the cluster: like ssh with its keys, kcompile reads it only when no other user can"}}, nil
-	}
-	// A bundle is a few kilobytes; a path to something endless (a
-	// device, a pipe) must not hang or exhaust the command.
-	const maxBundle = 1 << 20
-	data, err := io.ReadAll(io.LimitReader(f, maxBundle+1))
-	if err != nil {
-		return nil, nil, fmt.Errorf("reading %s: %w", file, err)
-	}
-	if len(data) > maxBundle {
-		err = fmt.Errorf("not a kcompile secrets bundle: larger than %d bytes", maxBundle)
-	}
-	var b *pki.Bundle
-	if err == nil {
-		b, err = pki.Parse(data)
-	}
-	if err != nil {
-		return nil, diag.List{{Code: pki.CodeBundleMalformed, Severity: pki.Severity(pki.CodeBundleMalformed), Message: err.Error(), Positions: at,
-			Hint: "a bundle is written by `kcompile secrets init` and changed only by `kcompile pki renew`; restore it from a backup, or create a new one (new CAs: rebuild and redeploy every node)"}}, nil
-	}
-	b.Source = file
-	return b, nil, nil
+	return b, diags, err
 }
 
-// exposedBundle says what is wrong with a bundle file that users other
-// than its owner may read or change, and the chmod that fixes it.
-func exposedBundle(file string, mode fs.FileMode) (string, bool) {
-	perm := mode.Perm()
-	// Windows has no such modes; Go makes them up from the read-only
-	// attribute.
-	if runtime.GOOS == "windows" || perm&0o077 == 0 {
-		return "", false
-	}
-	who := "open to its group or others"
-	switch {
-	case perm&0o004 != 0:
-		who = "readable by others"
-	case perm&0o040 != 0:
-		who = "readable by its group"
-	case perm&0o022 != 0:
-		who = "writable by its group or others"
-	}
-	return fmt.Sprintf("%s is %s (mode %04o); run: chmod 600 %s", file, who, perm, shellQuote(file)), true
-}
-
-// shellQuote makes a path safe to paste into a shell.
-func shellQuote(s string) string {
-	if safePath.MatchString(s) {
-		if strings.HasPrefix(s, "-") {
-			return "./" + s
-		}
-		return s
-	}
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
-}
-
-var safePath = regexp.MustCompile(`^[A-Za-z0-9_./+,:@=-]+$`)
-
-// compileWithBundle compiles a spec, loads its bundle, and runs the PKI
-// checks that need both, printing their diagnostics when any is an error.
-func compileWithBundle(e *env, dir, secrets string) (*ir.Cluster, *pki.Bundle, error) {
-	c, err := compileSpec(e, dir)
+// run runs the pipeline on the spec and the bundle for a command that
+// needs them valid: it issues the PKI and builds the targets. Diagnostics
+// are printed on stderr when any is an error (warnings are left to
+// `kcompile check`), and the command ends with exit status 1.
+func (a specAndSecrets) run(e *env, ts ...pipeline.Target) (*pipeline.Output, error) {
+	b, diags, err := loadBundle(a.Secrets)
 	if err != nil {
-		return nil, nil, err
-	}
-	b, diags, err := loadBundle(secrets)
-	if err != nil {
-		return nil, nil, err
-	}
-	msg := "cannot use the secrets bundle " + secrets
-	if b != nil {
-		diags = pki.Check(c, b, e.now)
-		msg = "the spec and the secrets bundle do not fit together"
+		return nil, err
 	}
 	if diags.HasErrors() {
-		if err := diags.Relative(e.cwd).WriteText(e.stderr); err != nil {
-			return nil, nil, err
-		}
-		return nil, nil, statusError{code: exitProblems, msg: msg}
+		return nil, printDiagnostics(e, diags, "cannot use the secrets bundle "+a.Secrets)
 	}
-	return c, b, nil
+	out, err := pipeline.Run(pipeline.Input{Source: compiler.Source{Dir: a.Dir}, Bundle: b, Now: e.now, Issue: true, Targets: ts})
+	if err != nil {
+		return nil, err
+	}
+	if !out.Diagnostics.HasErrors() {
+		return out, nil
+	}
+	msg := "nothing written"
+	switch {
+	case out.Cluster == nil:
+		msg = "the spec has errors; `kcompile check` explains them"
+	case out.Material == nil:
+		msg = "the spec and the secrets bundle do not fit together"
+	}
+	return out, printDiagnostics(e, out.Diagnostics, msg)
 }
 
-// writePrivateFile writes data readable by its owner only, atomically,
+// printDiagnostics prints diagnostics that stop a command and the status
+// error that ends it.
+func printDiagnostics(e *env, diags diag.List, msg string) error {
+	if err := diags.Relative(e.cwd).WriteText(e.stderr); err != nil {
+		return err
+	}
+	return statusError{code: exitProblems, msg: msg}
+}
+
 // refusing to replace an existing file unless force is set.
 func writePrivateFile(path string, data []byte, force bool) error {
 	if _, err := os.Lstat(path); err == nil && !force {

@@ -78,6 +78,17 @@ func (p Pos) Compare(q Pos) int {
 	return cmp.Or(strings.Compare(p.File, q.File), cmp.Compare(p.Line, q.Line), cmp.Compare(p.Column, q.Column))
 }
 
+// Rule describes one diagnostic kcompile can report: the catalogue of
+// rules (the README's table of checks) is a list of these, gathered from
+// the compiler, the PKI and each target.
+type Rule struct {
+	Code     string
+	Severity Severity
+	// Family groups rules by topic, for the table.
+	Family  string
+	Summary string
+}
+
 // Diagnostic is one finding about a spec.
 type Diagnostic struct {
 	Code     string   `json:"code"`

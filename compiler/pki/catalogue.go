@@ -27,7 +27,7 @@ type Cert struct {
 	IPs          []netip.Addr
 	// Server and Client say which extended key usages the certificate has.
 	Server, Client bool
-	// File is where the certificate (File+".crt") and key (File+".key")
+	// File is the stem of where the certificate (CertFile) and key (KeyFile)
 	// go, relative to the node's root; empty when the certificate lives
 	// only inside its kubeconfig.
 	File string
@@ -54,14 +54,6 @@ func (c Cert) ExtKeyUsages() []x509.ExtKeyUsage {
 	}
 	return u
 }
-
-// Paths of the kubeadm layout, relative to a node's root.
-const (
-	pkiDir      = "etc/kubernetes/pki/"
-	etcdPKIDir  = "etc/kubernetes/pki/etcd/"
-	kubeletPKI  = "var/lib/kubelet/pki/"
-	kubeconfigs = "etc/kubernetes/"
-)
 
 // Identities that RBAC grants permissions to; the catalogue issues them and
 // CheckIdentities holds the catalogue to them.
@@ -111,9 +103,9 @@ func Catalogue(c *ir.Cluster) []Cert {
 	}
 	out = append(out,
 		Cert{ID: "admin", Name: "admin", CA: ClusterCA, CommonName: userAdmin, Organization: []string{groupClusterAdmins},
-			Client: true, Kubeconfig: &Kubeconfig{Path: kubeconfigs + "admin.conf", Server: c.Endpoint.URL}},
+			Client: true, Kubeconfig: &Kubeconfig{Path: AdminKubeconfig, Server: c.Endpoint.URL}},
 		Cert{ID: "super-admin", Name: "super-admin", CA: ClusterCA, CommonName: userSuperAdmin, Organization: []string{groupMasters},
-			Client: true, Kubeconfig: &Kubeconfig{Path: kubeconfigs + "super-admin.conf", Server: c.Endpoint.URL}},
+			Client: true, Kubeconfig: &Kubeconfig{Path: SuperAdminKubeconfig, Server: c.Endpoint.URL}},
 	)
 	return out
 }
@@ -129,20 +121,20 @@ func controlPlaneCerts(c *ir.Cluster, n ir.Node) []Cert {
 	id := func(name string) string { return name + "@" + n.Name }
 	return []Cert{
 		{ID: id("apiserver"), Name: "apiserver", Node: n.Name, CA: ClusterCA, CommonName: "kube-apiserver",
-			DNSNames: apiServerDNSNames(c, n), IPs: apiServerIPs(c, n), Server: true, File: pkiDir + "apiserver"},
+			DNSNames: apiServerDNSNames(c, n), IPs: apiServerIPs(c, n), Server: true, File: APIServerStem},
 		{ID: id("apiserver-kubelet-client"), Name: "apiserver-kubelet-client", Node: n.Name, CA: ClusterCA,
 			CommonName: APIServerKubeletClientUser, Client: true,
-			File: pkiDir + "apiserver-kubelet-client"},
+			File: APIServerKubeletClientStem},
 		{ID: id("apiserver-etcd-client"), Name: "apiserver-etcd-client", Node: n.Name, CA: EtcdCA,
-			CommonName: "kube-apiserver-etcd-client", Client: true, File: pkiDir + "apiserver-etcd-client"},
+			CommonName: "kube-apiserver-etcd-client", Client: true, File: APIServerEtcdClientStem},
 		{ID: id("front-proxy-client"), Name: "front-proxy-client", Node: n.Name, CA: FrontProxyCA,
-			CommonName: frontProxyClientName, Client: true, File: pkiDir + "front-proxy-client"},
+			CommonName: frontProxyClientName, Client: true, File: FrontProxyClientStem},
 		{ID: id("controller-manager"), Name: "controller-manager", Node: n.Name, CA: ClusterCA,
 			CommonName: userControllerManager, Client: true,
-			Kubeconfig: &Kubeconfig{Path: kubeconfigs + "controller-manager.conf", Server: localAPIServer(c, n)}},
+			Kubeconfig: &Kubeconfig{Path: ControllerManagerKubeconfig, Server: localAPIServer(c, n)}},
 		{ID: id("scheduler"), Name: "scheduler", Node: n.Name, CA: ClusterCA,
 			CommonName: userScheduler, Client: true,
-			Kubeconfig: &Kubeconfig{Path: kubeconfigs + "scheduler.conf", Server: localAPIServer(c, n)}},
+			Kubeconfig: &Kubeconfig{Path: SchedulerKubeconfig, Server: localAPIServer(c, n)}},
 	}
 }
 
@@ -151,11 +143,11 @@ func etcdCerts(n ir.Node, m ir.EtcdMember) []Cert {
 	return []Cert{
 		{ID: id("etcd-server"), Name: "etcd-server", Node: n.Name, CA: EtcdCA, CommonName: m.Name,
 			DNSNames: []string{m.Name, "localhost"}, IPs: uniqueAddrs(append(slices.Clone(n.Addresses), loopback4, loopback6)),
-			Server: true, Client: true, File: etcdPKIDir + "server"},
+			Server: true, Client: true, File: EtcdServerStem},
 		{ID: id("etcd-peer"), Name: "etcd-peer", Node: n.Name, CA: EtcdCA, CommonName: m.Name,
-			DNSNames: []string{m.Name}, IPs: slices.Clone(n.Addresses), Server: true, Client: true, File: etcdPKIDir + "peer"},
+			DNSNames: []string{m.Name}, IPs: slices.Clone(n.Addresses), Server: true, Client: true, File: EtcdPeerStem},
 		{ID: id("etcd-healthcheck-client"), Name: "etcd-healthcheck-client", Node: n.Name, CA: EtcdCA,
-			CommonName: "kube-etcd-healthcheck-client", Client: true, File: etcdPKIDir + "healthcheck-client"},
+			CommonName: "kube-etcd-healthcheck-client", Client: true, File: EtcdHealthcheckClientStem},
 	}
 }
 
@@ -164,15 +156,15 @@ func nodeCerts(c *ir.Cluster, n ir.Node) []Cert {
 	out := []Cert{
 		{ID: id("kubelet-client"), Name: "kubelet-client", Node: n.Name, CA: ClusterCA,
 			CommonName: nodeUserPrefix + n.Name, Organization: []string{groupNodes}, Client: true,
-			Kubeconfig: &Kubeconfig{Path: kubeconfigs + "kubelet.conf", Server: c.Endpoint.URL}},
+			Kubeconfig: &Kubeconfig{Path: KubeletKubeconfig, Server: c.Endpoint.URL}},
 		{ID: id("kubelet-serving"), Name: "kubelet-serving", Node: n.Name, CA: ClusterCA,
 			CommonName: nodeUserPrefix + n.Name, Organization: []string{groupNodes},
-			DNSNames: []string{n.Name}, IPs: slices.Clone(n.Addresses), Server: true, File: kubeletPKI + "kubelet"},
+			DNSNames: []string{n.Name}, IPs: slices.Clone(n.Addresses), Server: true, File: KubeletServingStem},
 	}
 	if n.Runs(ir.ComponentKubeProxy) {
 		out = append(out, Cert{ID: id("kube-proxy"), Name: "kube-proxy", Node: n.Name, CA: ClusterCA,
 			CommonName: userKubeProxy, Client: true,
-			Kubeconfig: &Kubeconfig{Path: "var/lib/kube-proxy/kubeconfig.conf", Server: c.Endpoint.URL}})
+			Kubeconfig: &Kubeconfig{Path: KubeProxyKubeconfig, Server: c.Endpoint.URL}})
 	}
 	// Calico's CNI plugin runs outside any pod, on the node, and calls the
 	// API with its own identity; flannel and cilium use the service
@@ -180,7 +172,7 @@ func nodeCerts(c *ir.Cluster, n ir.Node) []Cert {
 	if c.Network.CNI.Plugin == "calico" {
 		out = append(out, Cert{ID: id("calico-cni"), Name: "calico-cni", Node: n.Name, CA: ClusterCA,
 			CommonName: userCalicoCNI, Client: true,
-			Kubeconfig: &Kubeconfig{Path: "etc/cni/net.d/calico-kubeconfig", Server: c.Endpoint.URL}})
+			Kubeconfig: &Kubeconfig{Path: CalicoKubeconfig, Server: c.Endpoint.URL}})
 	}
 	return out
 }

@@ -27,29 +27,23 @@ const (
 	CodeBundleMalformed = "KC1111"
 )
 
-// Rule describes one PKI check, for the README's table.
-type Rule struct {
-	Code     string
-	Severity diag.Severity
-	Summary  string
-}
-
 // Rules lists the PKI checks. KC1110 and KC1111 are raised by the CLI,
 // which reads the bundle's file; they are here so that every code of the
 // family has one table.
-func Rules() []Rule {
-	return []Rule{
-		{CodeSANCoverage, diag.Error, "a server certificate does not cover a name or address its clients dial"},
-		{CodeIdentity, diag.Error, "a client certificate's CN/O is not the identity RBAC and the Node authorizer expect"},
-		{CodeCASeparation, diag.Error, "two CAs of the bundle share a key: etcd, the API and the front proxy must be separate"},
-		{CodeLeafAfterCA, diag.Error, "leaf certificates would outlive the CA that signs them"},
-		{CodeAlgorithmMix, diag.Warning, "the bundle's CA keys use another algorithm than pki.keyAlgorithm"},
-		{CodeCAExpiring, diag.Warning, "a CA expires within a year"},
-		{CodeCAExpired, diag.Error, "a CA of the bundle has expired: nothing it signed verifies any more"},
-		{CodeEpochOutsideCA, diag.Error, "the bundle's issuance epoch lies before a CA's notBefore or after its notAfter"},
-		{CodeLeavesNotYet, diag.Warning, "the leaves' notBefore lies in the future: nodes refuse them until then"},
-		{CodeBundleMode, diag.Error, "the secrets bundle's file is readable or writable by group or others"},
-		{CodeBundleMalformed, diag.Error, "the secrets bundle is damaged or not a kcompile secrets bundle"},
+func Rules() []diag.Rule {
+	const family = "PKI catalogue and bundle"
+	return []diag.Rule{
+		{Code: CodeSANCoverage, Severity: diag.Error, Family: family, Summary: "a server certificate does not cover a name or address its clients dial"},
+		{Code: CodeIdentity, Severity: diag.Error, Family: family, Summary: "a client certificate's CN/O is not the identity RBAC and the Node authorizer expect"},
+		{Code: CodeCASeparation, Severity: diag.Error, Family: family, Summary: "two CAs of the bundle share a key: etcd, the API and the front proxy must be separate"},
+		{Code: CodeLeafAfterCA, Severity: diag.Error, Family: family, Summary: "leaf certificates would outlive the CA that signs them"},
+		{Code: CodeAlgorithmMix, Severity: diag.Warning, Family: family, Summary: "the bundle's CA keys use another algorithm than pki.keyAlgorithm"},
+		{Code: CodeCAExpiring, Severity: diag.Warning, Family: family, Summary: "a CA expires within a year"},
+		{Code: CodeCAExpired, Severity: diag.Error, Family: family, Summary: "a CA of the bundle has expired: nothing it signed verifies any more"},
+		{Code: CodeEpochOutsideCA, Severity: diag.Error, Family: family, Summary: "the bundle's issuance epoch lies before a CA's notBefore or after its notAfter"},
+		{Code: CodeLeavesNotYet, Severity: diag.Warning, Family: family, Summary: "the leaves' notBefore lies in the future: nodes refuse them until then"},
+		{Code: CodeBundleMode, Severity: diag.Error, Family: family, Summary: "the secrets bundle's file is readable or writable by group or others"},
+		{Code: CodeBundleMalformed, Severity: diag.Error, Family: family, Summary: "the secrets bundle is damaged or not a kcompile secrets bundle"},
 	}
 }
 

@@ -55,24 +55,24 @@ func Files(m *Material) ([]File, error) {
 	}
 	for _, n := range c.Nodes {
 		if n.RunsPods() || n.Runs(ir.ComponentAPIServer) {
-			add(n.Name, pkiDir+"ca.crt", caPEM, ModePublic)
+			add(n.Name, ClusterCACert, caPEM, ModePublic)
 		}
 		if n.Runs(ir.ComponentAPIServer) {
-			add(n.Name, pkiDir+"ca.key", caKey, ModePrivate)
-			add(n.Name, pkiDir+"front-proxy-ca.crt", frontProxyCAPEM, ModePublic)
-			add(n.Name, etcdPKIDir+"ca.crt", etcdCAPEM, ModePublic)
-			add(n.Name, pkiDir+"sa.key", saKey, ModePrivate)
-			add(n.Name, pkiDir+"sa.pub", saPub, ModePublic)
+			add(n.Name, ClusterCAKey, caKey, ModePrivate)
+			add(n.Name, FrontProxyCACert, frontProxyCAPEM, ModePublic)
+			add(n.Name, EtcdCACert, etcdCAPEM, ModePublic)
+			add(n.Name, ServiceAccountKey, saKey, ModePrivate)
+			add(n.Name, ServiceAccountPubKey, saPub, ModePublic)
 		}
 		if n.Runs(ir.ComponentEtcd) {
-			add(n.Name, etcdPKIDir+"ca.crt", etcdCAPEM, ModePublic)
+			add(n.Name, EtcdCACert, etcdCAPEM, ModePublic)
 		}
 	}
 	add("", "pki/ca.crt", caPEM, ModePublic)
 	for _, l := range m.Leaves {
 		if l.File != "" {
-			add(l.Node, l.File+".crt", l.CertPEM, ModePublic)
-			add(l.Node, l.File+".key", l.KeyPEM, ModePrivate)
+			add(l.Node, CertFile(l.File), l.CertPEM, ModePublic)
+			add(l.Node, KeyFile(l.File), l.KeyPEM, ModePrivate)
 		}
 		if l.Kubeconfig == nil {
 			continue
@@ -121,13 +121,13 @@ func keyFiles(c *ir.Cluster) map[[2]string]bool {
 	out := map[[2]string]bool{}
 	for _, n := range c.Nodes {
 		if n.Runs(ir.ComponentAPIServer) {
-			out[[2]string{n.Name, pkiDir + "ca.key"}] = true
-			out[[2]string{n.Name, pkiDir + "sa.key"}] = true
+			out[[2]string{n.Name, ClusterCAKey}] = true
+			out[[2]string{n.Name, ServiceAccountKey}] = true
 		}
 	}
 	for _, cert := range Catalogue(c) {
 		if cert.File != "" {
-			out[[2]string{cert.Node, cert.File + ".key"}] = true
+			out[[2]string{cert.Node, KeyFile(cert.File)}] = true
 		}
 	}
 	return out

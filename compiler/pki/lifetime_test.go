@@ -5,14 +5,17 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"fmt"
+	"io/fs"
 	"math/big"
 	"net"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"testing/fstest"
 	"time"
 
 	"github.com/kcompile/kcompile/compiler/diag"
@@ -510,42 +513,43 @@ func TestParseNamesUnknownField(t *testing.T) {
 	}
 }
 
-// writeTree lays the material out as `kcompile build --target pki` does.
-func writeTree(t *testing.T, m *Material) string {
+// memTree lays the material out as `kcompile build --target pki` does,
+// in memory.
+func memTree(t *testing.T, m *Material) fstest.MapFS {
 	t.Helper()
 	files, err := Files(m)
 	if err != nil {
 		t.Fatal(err)
 	}
-	root := t.TempDir()
+	tree := fstest.MapFS{}
 	for _, f := range files {
-		p := filepath.Join(root, "cluster", filepath.FromSlash(f.Path))
+		p := path.Join("cluster", f.Path)
 		if f.Node != "" {
-			p = filepath.Join(root, "nodes", f.Node, filepath.FromSlash(f.Path))
+			p = path.Join("nodes", f.Node, f.Path)
 		}
+		tree[p] = &fstest.MapFile{Data: f.Data, Mode: f.Mode}
+	}
+	return tree
+}
+
+// writeTree writes tree to disk, with its modes, and returns its root.
+func writeTree(t *testing.T, tree fstest.MapFS) string {
+	t.Helper()
+	root := t.TempDir()
+	for rel, f := range tree {
+		p := filepath.Join(root, filepath.FromSlash(rel))
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			t.Fatal(err)
 		}
 		if err := os.WriteFile(p, f.Data, f.Mode); err != nil {
 			t.Fatal(err)
 		}
+		// Chmod, because WriteFile's mode passes through the umask.
 		if err := os.Chmod(p, f.Mode); err != nil {
 			t.Fatal(err)
 		}
 	}
 	return root
-}
-
-// placeFile writes data at rel under root, 0600.
-func placeFile(t *testing.T, root, rel string, data []byte) {
-	t.Helper()
-	p := filepath.Join(root, filepath.FromSlash(rel))
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(p, data, ModePrivate); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // problemsAt groups Verify's findings by path.
@@ -588,13 +592,17 @@ func TestFilesPutKeysWhereKeyFilesSays(t *testing.T) {
 
 // TestVerifyStrayKeys: keys where the catalogue puts none are found, by
 // content as well as by name, with the spec and without; the messages
-// quote no key.
+// quote no key. The tree is checked in memory and on disk, where modes
+// come from the file system; the manifest a build writes at the tree's
+// root is no file of the tree, even one that would be a problem.
 func TestVerifyStrayKeys(t *testing.T) {
 	m := issueExample(t, "ha-stacked")
 	b := m.Bundle
-	root := writeTree(t, m)
+	tree := memTree(t, m)
+	leafKey := mustLeaf(t, m, "apiserver@cp1").KeyPEM
+	tree[".kcompile-manifest.json"] = &fstest.MapFile{Data: leafKey, Mode: 0o666}
 	for _, c := range []*ir.Cluster{m.Cluster, nil} {
-		if ps, err := Verify(root, c, testVerifyTime); err != nil || len(ps) != 0 {
+		if ps, err := Verify(tree, c, testVerifyTime); err != nil || len(ps) != 0 {
 			t.Fatalf("the tree as built (spec %v) has problems: %v %v", c != nil, ps, err)
 		}
 	}
@@ -602,7 +610,6 @@ func TestVerifyStrayKeys(t *testing.T) {
 	frontKey, _ := encodeKey(b.CAs[FrontProxyCA].Key)
 	caKey, _ := encodeKey(b.CAs[ClusterCA].Key)
 	saKey, _ := encodeKey(b.ServiceAccountKey)
-	leafKey := mustLeaf(t, m, "apiserver@cp1").KeyPEM
 	stray := map[string]struct {
 		data []byte
 		want string
@@ -616,25 +623,27 @@ func TestVerifyStrayKeys(t *testing.T) {
 		"cluster/pki/ca.key":                              {caKey, "is the cluster CA's private key"},
 	}
 	for rel, s := range stray {
-		placeFile(t, root, rel, s.data)
+		tree[rel] = &fstest.MapFile{Data: s.data, Mode: ModePrivate}
 	}
 	secrets := append(bundleSecretRenderings(t, b), string(leafKey[40:72]))
-	for _, c := range []*ir.Cluster{m.Cluster, nil} {
-		ps, err := Verify(root, c, testVerifyTime)
-		if err != nil {
-			t.Fatal(err)
-		}
-		at := problemsAt(ps)
-		for rel, s := range stray {
-			if !slices.ContainsFunc(at[rel], func(msg string) bool { return strings.Contains(msg, s.want) }) {
-				t.Errorf("spec %v: %s: got %q, want a problem saying %q", c != nil, rel, at[rel], s.want)
+	for where, tree := range map[string]fs.FS{"in memory": tree, "on disk": os.DirFS(writeTree(t, tree))} {
+		for _, c := range []*ir.Cluster{m.Cluster, nil} {
+			ps, err := Verify(tree, c, testVerifyTime)
+			if err != nil {
+				t.Fatal(err)
 			}
-		}
-		if len(at) != len(stray) {
-			t.Errorf("spec %v: problems at %d paths, want %d: %v", c != nil, len(at), len(stray), ps)
-		}
-		for _, p := range ps {
-			assertNoSecretIn(t, "a verify problem", p.String(), append(secrets, "PRIVATE KEY"))
+			at := problemsAt(ps)
+			for rel, s := range stray {
+				if !slices.ContainsFunc(at[rel], func(msg string) bool { return strings.Contains(msg, s.want) }) {
+					t.Errorf("%s, spec %v: %s: got %q, want a problem saying %q", where, c != nil, rel, at[rel], s.want)
+				}
+			}
+			if len(at) != len(stray) {
+				t.Errorf("%s, spec %v: problems at %d paths, want %d: %v", where, c != nil, len(at), len(stray), ps)
+			}
+			for _, p := range ps {
+				assertNoSecretIn(t, "a verify problem", p.String(), append(secrets, "PRIVATE KEY"))
+			}
 		}
 	}
 }
@@ -644,24 +653,17 @@ func TestVerifyStrayKeys(t *testing.T) {
 // the spec and without.
 func TestVerifyMisnamedNodeCertificate(t *testing.T) {
 	m := issueExample(t, "ha-stacked")
-	root := writeTree(t, m)
-	copyFile := func(from, to string) {
-		t.Helper()
-		data, err := os.ReadFile(filepath.Join(root, filepath.FromSlash(from)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		placeFile(t, root, to, data)
-	}
+	tree := memTree(t, m)
 	// w01 gets w02's kubelet client kubeconfig, w03 w04's serving pair.
-	copyFile("nodes/w02/etc/kubernetes/kubelet.conf", "nodes/w01/etc/kubernetes/kubelet.conf")
-	copyFile("nodes/w04/var/lib/kubelet/pki/kubelet.crt", "nodes/w03/var/lib/kubelet/pki/kubelet.crt")
-	copyFile("nodes/w04/var/lib/kubelet/pki/kubelet.key", "nodes/w03/var/lib/kubelet/pki/kubelet.key")
-	if err := os.Chmod(filepath.Join(root, "nodes/w03/var/lib/kubelet/pki/kubelet.crt"), ModePublic); err != nil {
-		t.Fatal(err)
+	for to, from := range map[string]string{
+		"nodes/w01/etc/kubernetes/kubelet.conf":     "nodes/w02/etc/kubernetes/kubelet.conf",
+		"nodes/w03/var/lib/kubelet/pki/kubelet.crt": "nodes/w04/var/lib/kubelet/pki/kubelet.crt",
+		"nodes/w03/var/lib/kubelet/pki/kubelet.key": "nodes/w04/var/lib/kubelet/pki/kubelet.key",
+	} {
+		tree[to] = tree[from]
 	}
 	for _, c := range []*ir.Cluster{m.Cluster, nil} {
-		ps, err := Verify(root, c, testVerifyTime)
+		ps, err := Verify(tree, c, testVerifyTime)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -10,15 +10,11 @@ import (
 	"io/fs"
 	"maps"
 	"net"
-	"os"
 	"path"
-	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
 	"time"
-
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/kcompile/kcompile/compiler/ir"
 )
@@ -31,44 +27,45 @@ type Problem struct {
 
 func (p Problem) String() string { return p.Path + ": " + p.Message }
 
-// Verify checks a written tree (OUT/<target>, holding nodes/<node>/... and
-// cluster/...): every certificate chains to the CA its consumers trust and
-// is valid at now, every key belongs to its certificate, every kubeconfig
-// loads with client-go and its credentials chain, private material is
-// 0600, no private key lies where the catalogue puts none, and no node
-// holds a certificate in another node's name. With a cluster it also
-// checks that each node has exactly the certificates of the catalogue,
-// with the subjects, SANs and server URLs of the topology. Messages never
-// quote key material.
-func Verify(root string, c *ir.Cluster, now time.Time) ([]Problem, error) {
-	nodes, err := os.ReadDir(filepath.Join(root, "nodes"))
+// Verify checks a built tree (OUT/<target>, holding nodes/<node>/... and
+// cluster/...; nothing else at its root is looked at, such as the manifest
+// a build writes there): every certificate chains to the CA its consumers
+// trust and is valid at now, every key belongs to its certificate, every
+// kubeconfig loads with client-go and its credentials chain, private
+// material is 0600, no private key lies where the catalogue puts none, and
+// no node holds a certificate in another node's name. With a cluster it
+// also checks that each node has exactly the certificates of the
+// catalogue, with the subjects, SANs and server URLs of the topology.
+// Messages never quote key material. Problem paths, like the paths in
+// errors, are relative to tree.
+func Verify(tree fs.FS, c *ir.Cluster, now time.Time) ([]Problem, error) {
+	nodes, err := fs.ReadDir(tree, "nodes")
 	if err != nil {
-		return nil, fmt.Errorf("%s is not a kcompile tree: %w", root, err)
+		return nil, fmt.Errorf("not a kcompile tree: %w", err)
 	}
 	var problems []Problem
 	add := func(p, format string, args ...any) {
-		rel, _ := filepath.Rel(root, p)
-		problems = append(problems, Problem{Path: filepath.ToSlash(rel), Message: fmt.Sprintf(format, args...)})
+		problems = append(problems, Problem{Path: p, Message: fmt.Sprintf(format, args...)})
 	}
-	trees := []string{filepath.Join(root, "cluster")}
+	trees := []string{"cluster"}
 	names := map[string]bool{}
 	for _, n := range nodes {
 		if n.IsDir() {
-			trees = append(trees, filepath.Join(root, "nodes", n.Name()))
+			trees = append(trees, path.Join("nodes", n.Name()))
 			names[n.Name()] = true
 		}
 	}
 	for _, dir := range trees {
-		if err := verifyNode(dir, now, add); err != nil {
+		if err := verifyNode(tree, dir, now, add); err != nil {
 			return nil, err
 		}
 	}
-	if err := verifyKeyPlacement(root, trees, c, add); err != nil {
+	if err := verifyKeyPlacement(tree, trees, c, add); err != nil {
 		return nil, err
 	}
 	if c != nil {
-		verifyTopology(root, c, add)
-	} else if err := verifyNodeNames(root, names, add); err != nil {
+		verifyTopology(tree, c, add)
+	} else if err := verifyNodeNames(tree, names, add); err != nil {
 		// Without the spec, the tree's own node directories say which
 		// names are whose; with it, verifyTopology compares every
 		// certificate with the catalogue and says the same.
@@ -87,12 +84,12 @@ func Verify(root string, c *ir.Cluster, now time.Time) ([]Problem, error) {
 // consumers are configured.
 func caFor(rel string) string {
 	switch {
-	case strings.HasPrefix(rel, etcdPKIDir), rel == pkiDir+"apiserver-etcd-client.crt":
-		return etcdPKIDir + "ca.crt"
-	case rel == pkiDir+"front-proxy-client.crt":
-		return pkiDir + "front-proxy-ca.crt"
+	case strings.HasPrefix(rel, EtcdPKIDir), rel == CertFile(APIServerEtcdClientStem):
+		return EtcdCACert
+	case rel == CertFile(FrontProxyClientStem):
+		return FrontProxyCACert
 	}
-	return pkiDir + "ca.crt"
+	return ClusterCACert
 }
 
 func isCAFile(rel string) bool {
@@ -102,40 +99,29 @@ func isCAFile(rel string) bool {
 // isKubeconfig recognises the kubeconfigs of the layout, on a node (rel
 // to its root) or in the cluster tree (a top-level .conf).
 func isKubeconfig(rel string) bool {
-	rel = filepath.ToSlash(rel)
-	if i := strings.Index(rel, "/nodes/"); i >= 0 {
-		// An absolute path inside a tree: make it node-relative.
-		rest := rel[i+len("/nodes/"):]
-		if j := strings.Index(rest, "/"); j >= 0 {
-			rel = rest[j+1:]
-		}
-	} else if i := strings.LastIndex(rel, "/cluster/"); i >= 0 {
-		rel = rel[i+len("/cluster/"):]
-	}
 	switch {
 	case !strings.Contains(rel, "/") && strings.HasSuffix(rel, ".conf"):
 		return true
-	case strings.HasPrefix(rel, kubeconfigs) && strings.HasSuffix(rel, ".conf") && !strings.Contains(strings.TrimPrefix(rel, kubeconfigs), "/"):
+	case strings.HasPrefix(rel, KubeconfigDir) && strings.HasSuffix(rel, ".conf") && !strings.Contains(strings.TrimPrefix(rel, KubeconfigDir), "/"):
 		return true
 	}
-	return rel == "var/lib/kube-proxy/kubeconfig.conf" || rel == "etc/cni/net.d/calico-kubeconfig"
+	return rel == KubeProxyKubeconfig || rel == CalicoKubeconfig
 }
 
-func verifyNode(dir string, now time.Time, add func(p, format string, args ...any)) error {
-	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+func verifyNode(tree fs.FS, dir string, now time.Time, add func(p, format string, args ...any)) error {
+	if _, err := fs.Stat(tree, dir); errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
-	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+	return fs.WalkDir(tree, dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
 		}
-		rel, _ := filepath.Rel(dir, p)
-		rel = filepath.ToSlash(rel)
+		rel := strings.TrimPrefix(p, dir+"/")
 		info, err := d.Info()
 		if err != nil {
 			return err
 		}
-		data, err := os.ReadFile(p)
+		data, err := fs.ReadFile(tree, p)
 		if err != nil {
 			return err
 		}
@@ -148,9 +134,9 @@ func verifyNode(dir string, now time.Time, add func(p, format string, args ...an
 		}
 		switch {
 		case strings.HasSuffix(rel, ".crt") && !isCAFile(rel):
-			verifyCertFile(dir, rel, now, add)
+			verifyCertFile(tree, dir, rel, now, add)
 		case isCAFile(rel):
-			cert, err := readCert(p)
+			cert, err := parseCertPEM(data)
 			if err != nil {
 				add(p, "%v", err)
 			} else if !cert.IsCA {
@@ -165,33 +151,32 @@ func verifyNode(dir string, now time.Time, add func(p, format string, args ...an
 	})
 }
 
-func verifyCertFile(dir, rel string, now time.Time, add func(p, format string, args ...any)) {
-	p := filepath.Join(dir, filepath.FromSlash(rel))
-	cert, err := readCert(p)
+func verifyCertFile(tree fs.FS, dir, rel string, now time.Time, add func(p, format string, args ...any)) {
+	p := path.Join(dir, rel)
+	cert, err := readCert(tree, p)
 	if err != nil {
 		add(p, "%v", err)
 		return
 	}
-	caPath := filepath.Join(dir, filepath.FromSlash(caFor(rel)))
-	ca, err := readCert(caPath)
+	ca, err := readCert(tree, path.Join(dir, caFor(rel)))
 	if err != nil {
 		add(p, "cannot be verified: its CA %s is missing on this node", caFor(rel))
 	} else if err := verifyChain(cert, ca, now); err != nil {
 		add(p, "does not verify against %s: %v", caFor(rel), err)
 	}
 	keyPath := strings.TrimSuffix(p, ".crt") + ".key"
-	keyPEM, err := os.ReadFile(keyPath)
+	keyPEM, err := fs.ReadFile(tree, keyPath)
 	if err != nil {
-		add(p, "has no key file %s", filepath.Base(keyPath))
+		add(p, "has no key file %s", path.Base(keyPath))
 		return
 	}
 	if _, err := tls.X509KeyPair(encodeCert(cert.Raw), keyPEM); err != nil {
-		add(keyPath, "does not belong to %s", filepath.Base(p))
+		add(keyPath, "does not belong to %s", path.Base(p))
 	}
 }
 
 func verifyKubeconfig(p string, data []byte, now time.Time, add func(p, format string, args ...any)) {
-	cfg, err := clientcmd.Load(data)
+	cfg, err := LoadKubeconfig(data)
 	if err != nil {
 		add(p, "does not load as a kubeconfig: %v", err)
 		return
@@ -232,7 +217,7 @@ func verifyChain(cert, ca *x509.Certificate, now time.Time) error {
 }
 
 // verifyTopology compares the tree with the catalogue of the cluster.
-func verifyTopology(root string, c *ir.Cluster, add func(p, format string, args ...any)) {
+func verifyTopology(tree fs.FS, c *ir.Cluster, add func(p, format string, args ...any)) {
 	nodeNames := map[string]string{}
 	for _, n := range c.Nodes {
 		nodeNames[n.Name] = n.Name
@@ -253,13 +238,13 @@ func verifyTopology(root string, c *ir.Cluster, add func(p, format string, args 
 		case cert.Name == "super-admin":
 			files = append(files, "cluster/super-admin.conf")
 		case cert.File != "":
-			files = append(files, path.Join("nodes", cert.Node, cert.File+".crt"))
+			files = append(files, path.Join("nodes", cert.Node, CertFile(cert.File)))
 		default:
 			files = append(files, path.Join("nodes", cert.Node, cert.Kubeconfig.Path))
 		}
-		for _, f := range files {
-			p := filepath.Join(root, filepath.FromSlash(f))
-			got, server, err := readLeaf(p)
+		for _, p := range files {
+			// A certificate without a file of its own is in its kubeconfig.
+			got, server, err := readLeaf(tree, p, cert.File == "")
 			if err != nil {
 				add(p, "%s: %v", cert.ID, err)
 				continue
@@ -274,16 +259,16 @@ func verifyTopology(root string, c *ir.Cluster, add func(p, format string, args 
 
 // readLeaf reads a certificate file, or the client certificate and server
 // of a kubeconfig.
-func readLeaf(p string) (*x509.Certificate, string, error) {
-	data, err := os.ReadFile(p)
+func readLeaf(tree fs.FS, p string, kubeconfig bool) (*x509.Certificate, string, error) {
+	data, err := fs.ReadFile(tree, p)
 	if err != nil {
 		return nil, "", errors.New("missing")
 	}
-	if !isKubeconfig(p) {
+	if !kubeconfig {
 		cert, err := parseCertPEM(data)
 		return cert, "", err
 	}
-	cfg, err := clientcmd.Load(data)
+	cfg, err := LoadKubeconfig(data)
 	if err != nil {
 		return nil, "", err
 	}
@@ -344,8 +329,8 @@ func normalizeIP(ip net.IP) string {
 	return ip.String()
 }
 
-func readCert(p string) (*x509.Certificate, error) {
-	data, err := os.ReadFile(p)
+func readCert(tree fs.FS, p string) (*x509.Certificate, error) {
+	data, err := fs.ReadFile(tree, p)
 	if err != nil {
 		return nil, errors.New("missing")
 	}
@@ -374,19 +359,18 @@ func otherNodeCN(cn, node string) (string, bool) {
 // node of the tree: a kubelet identity (CN=system:node:<name>) or a DNS
 // SAN that is another node's name. Such a certificate lets the node it
 // lies on act as the other one.
-func verifyNodeNames(root string, names map[string]bool, add func(p, format string, args ...any)) error {
+func verifyNodeNames(tree fs.FS, names map[string]bool, add func(p, format string, args ...any)) error {
 	for _, node := range slices.Sorted(maps.Keys(names)) {
-		dir := filepath.Join(root, "nodes", node)
-		err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		dir := path.Join("nodes", node)
+		err := fs.WalkDir(tree, dir, func(p string, d fs.DirEntry, err error) error {
 			if err != nil || d.IsDir() {
 				return err
 			}
-			rel, _ := filepath.Rel(dir, p)
-			rel = filepath.ToSlash(rel)
+			rel := strings.TrimPrefix(p, dir+"/")
 			if isCAFile(rel) || (!strings.HasSuffix(rel, ".crt") && !isKubeconfig(rel)) {
 				return nil
 			}
-			cert, _, err := readLeaf(p)
+			cert, _, err := readLeaf(tree, p, isKubeconfig(rel))
 			if err != nil {
 				// verifyNode reports unreadable certificates.
 				return nil
@@ -414,29 +398,28 @@ func verifyNodeNames(root string, names map[string]bool, add func(p, format stri
 // the secrets bundle, the cluster CA and service-account keys belong on
 // control-plane nodes only, and every other key beside its certificate.
 // With a cluster, the catalogue says exactly which keys go where.
-func verifyKeyPlacement(root string, trees []string, c *ir.Cluster, add func(p, format string, args ...any)) error {
-	owners := keyOwners(trees)
+func verifyKeyPlacement(tree fs.FS, trees []string, c *ir.Cluster, add func(p, format string, args ...any)) error {
+	owners := keyOwners(tree, trees)
 	var expected map[[2]string]bool
 	if c != nil {
 		expected = keyFiles(c)
 	}
 	for _, dir := range trees {
 		node := ""
-		if filepath.Base(filepath.Dir(dir)) == "nodes" {
-			node = filepath.Base(dir)
+		if n, ok := strings.CutPrefix(dir, "nodes/"); ok {
+			node = n
 		}
-		_, err := os.Stat(filepath.Join(dir, filepath.FromSlash(pkiDir+"apiserver.crt")))
+		_, err := fs.Stat(tree, path.Join(dir, CertFile(APIServerStem)))
 		controlPlane := err == nil
-		err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		err = fs.WalkDir(tree, dir, func(p string, d fs.DirEntry, err error) error {
 			if errors.Is(err, fs.ErrNotExist) && p == dir {
 				return fs.SkipDir
 			}
 			if err != nil || d.IsDir() {
 				return err
 			}
-			rel, _ := filepath.Rel(dir, p)
-			rel = filepath.ToSlash(rel)
-			data, err := os.ReadFile(p)
+			rel := strings.TrimPrefix(p, dir+"/")
+			data, err := fs.ReadFile(tree, p)
 			if err != nil {
 				return err
 			}
@@ -459,9 +442,9 @@ func verifyKeyPlacement(root string, trees []string, c *ir.Cluster, add func(p, 
 			case owner == string(FrontProxyCA):
 				add(p, "is the front-proxy CA's private key, which never leaves the secrets bundle: with it anyone can impersonate any user to aggregated API servers; delete it")
 			case expected != nil && expected[[2]string{node, rel}]:
-			case owner == string(ClusterCA) && (expected != nil || !controlPlane || rel != pkiDir+"ca.key"):
+			case owner == string(ClusterCA) && (expected != nil || !controlPlane || rel != ClusterCAKey):
 				add(p, "is the cluster CA's private key, %s: with it anyone can sign any identity, system:masters included; delete it", where)
-			case owner == serviceAccount && (expected != nil || !controlPlane || rel != pkiDir+"sa.key"):
+			case owner == serviceAccount && (expected != nil || !controlPlane || rel != ServiceAccountKey):
 				add(p, "is the service-account signing key, %s: with it anyone can forge any service account's token; delete it", where)
 			case owner == string(ClusterCA) || owner == serviceAccount:
 			case expected != nil:
@@ -470,7 +453,7 @@ func verifyKeyPlacement(root string, trees []string, c *ir.Cluster, add func(p, 
 				add(p, "holds a private key, and the cluster tree has none but those in admin.conf and super-admin.conf; delete it")
 			default:
 				crt := strings.TrimSuffix(rel, ".key") + ".crt"
-				if _, err := os.Stat(filepath.Join(dir, filepath.FromSlash(crt))); err != nil || !strings.HasSuffix(rel, ".key") {
+				if _, err := fs.Stat(tree, path.Join(dir, crt)); err != nil || !strings.HasSuffix(rel, ".key") {
 					add(p, "holds a private key that belongs to no certificate beside it; delete it, and find out how it got there")
 				}
 			}
@@ -489,14 +472,14 @@ const serviceAccount = "service-account"
 
 // keyOwners maps the public keys of the tree's CA certificates and
 // sa.pub files (PKIX DER) to whose they are.
-func keyOwners(trees []string) map[string]string {
+func keyOwners(tree fs.FS, trees []string) map[string]string {
 	out := map[string]string{}
 	for _, dir := range trees {
 		for rel, owner := range map[string]string{
-			pkiDir + "ca.crt": string(ClusterCA), "pki/ca.crt": string(ClusterCA), etcdPKIDir + "ca.crt": string(EtcdCA),
-			pkiDir + "front-proxy-ca.crt": string(FrontProxyCA), pkiDir + "sa.pub": serviceAccount,
+			ClusterCACert: string(ClusterCA), "pki/ca.crt": string(ClusterCA), EtcdCACert: string(EtcdCA),
+			FrontProxyCACert: string(FrontProxyCA), ServiceAccountPubKey: serviceAccount,
 		} {
-			data, err := os.ReadFile(filepath.Join(dir, filepath.FromSlash(rel)))
+			data, err := fs.ReadFile(tree, path.Join(dir, rel))
 			if err != nil {
 				continue
 			}

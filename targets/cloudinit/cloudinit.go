@@ -10,24 +10,21 @@ import (
 	"compress/gzip"
 	"encoding/base64"
 	"fmt"
+	"io"
+	"io/fs"
 	"path"
 	"sort"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/kcompile/kcompile/compiler/diag"
 	"github.com/kcompile/kcompile/compiler/ir"
 	"github.com/kcompile/kcompile/compiler/pki"
 	"github.com/kcompile/kcompile/targets"
-	"github.com/kcompile/kcompile/targets/systemd"
 )
-
-// Target is the cloud-init target.
-type Target struct{}
-
-// Name is the target's name on the command line and under OUT.
-func (Target) Name() string { return "cloudinit" }
 
 // writeFile is one entry of write_files.
 type writeFile struct {
@@ -63,14 +60,21 @@ type userData struct {
 	Runcmd           [][]string  `json:"runcmd"`
 }
 
-// Build packs the systemd tree of every node into its cloud-init files
-// under nodes/<node>/ (user-data, meta-data, network-config) and keeps the
-// cluster tree as it is.
-func (Target) Build(m *pki.Material) (*targets.Tree, error) {
-	sd, err := systemd.Target{}.Build(m)
+// Build packs the systemd tree of every node (sd, built from m) into its
+// cloud-init files under nodes/<node>/ (user-data, meta-data,
+// network-config) and keeps the cluster tree as it is. The diagnostics
+// are the target's own: a user-data over the spec's limit (the tree is
+// returned all the same, for the size report). An error is a compiler
+// bug.
+func Build(m *pki.Material, sd *targets.Tree) (*targets.Tree, diag.List, error) {
+	tree, err := pack(m, sd)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
+	return tree, CheckSizes(m.Cluster, Sizes(m.Cluster, tree)), nil
+}
+
+func pack(m *pki.Material, sd *targets.Tree) (*targets.Tree, error) {
 	perNode := map[string][]targets.File{}
 	out := targets.NewTree()
 	for _, f := range sd.Files() {
@@ -192,6 +196,70 @@ func encodeFile(f targets.File) (writeFile, error) {
 		wf.Content = string(f.Data)
 	}
 	return wf, nil
+}
+
+// Decoded is a #cloud-config user-data read back.
+type Decoded struct {
+	// Files are what its write_files lay down, by path on the node, with
+	// their contents decoded.
+	Files map[string]targets.File
+	// Rest is the rest of the config, without write_files, as YAML with
+	// sorted keys: two user-data that configure the same compare equal.
+	Rest []byte
+}
+
+// Decode reads a user-data back into the files it writes and the rest of
+// its config. It reads every write_files encoding cloud-init does, not
+// only the one encodeFile writes, and permissions it cannot parse read as
+// 0, so that a tree kcompile did not write (an older one, one edited by
+// hand) still compares.
+func Decode(userData []byte) (Decoded, error) {
+	var doc map[string]any
+	if err := yaml.Unmarshal(userData, &doc); err != nil {
+		return Decoded{}, err
+	}
+	var ud struct {
+		WriteFiles []writeFile `json:"write_files"`
+	}
+	if err := yaml.Unmarshal(userData, &ud); err != nil {
+		return Decoded{}, err
+	}
+	files := map[string]targets.File{}
+	for _, wf := range ud.WriteFiles {
+		data, err := decodeContent(wf)
+		if err != nil {
+			return Decoded{}, fmt.Errorf("%s: %w", wf.Path, err)
+		}
+		mode, _ := strconv.ParseUint(wf.Permissions, 8, 32)
+		files[wf.Path] = targets.File{Path: wf.Path, Data: data, Mode: fs.FileMode(mode)}
+	}
+	delete(doc, "write_files")
+	rest, err := yaml.Marshal(doc)
+	if err != nil {
+		return Decoded{}, err
+	}
+	return Decoded{Files: files, Rest: rest}, nil
+}
+
+// decodeContent undoes a write_files encoding, under every name
+// cloud-init accepts for base64 and for gzip+base64; any other content
+// reads as text.
+func decodeContent(wf writeFile) ([]byte, error) {
+	switch wf.Encoding {
+	case "b64", "base64":
+		return base64.StdEncoding.DecodeString(wf.Content)
+	case "gz+b64", "gzip+base64", "gz+base64", "gzip+b64":
+		raw, err := base64.StdEncoding.DecodeString(wf.Content)
+		if err != nil {
+			return nil, err
+		}
+		zr, err := gzip.NewReader(bytes.NewReader(raw))
+		if err != nil {
+			return nil, err
+		}
+		return io.ReadAll(zr)
+	}
+	return []byte(wf.Content), nil
 }
 
 func isText(b []byte) bool {

@@ -1,17 +1,15 @@
 package cloudinit
 
 import (
-	"bytes"
-	"compress/gzip"
-	"encoding/base64"
 	"fmt"
-	"io"
-	"os"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/kcompile/kcompile/fixture"
+	"github.com/kcompile/kcompile/targets/systemd"
 
 	"cuelang.org/go/cue/literal"
 	"sigs.k8s.io/yaml"
@@ -54,7 +52,7 @@ type hostileField struct {
 func unitArg(t *testing.T, tree *targets.Tree, node, unit, flag string) string {
 	t.Helper()
 	u := userDataFiles(t, tree, node)["/etc/systemd/system/"+unit]
-	f, err := unitfile.Parse(u)
+	f, err := unitfile.Parse(u.Data)
 	if err != nil {
 		t.Fatalf("%s of %s does not parse: %v", unit, node, err)
 	}
@@ -66,50 +64,18 @@ func unitArg(t *testing.T, tree *targets.Tree, node, unit, flag string) string {
 	return ""
 }
 
-// userDataFiles decodes a node's user-data into its files, with the
-// decoder cloud-init's YAML is read by.
-func userDataFiles(t *testing.T, tree *targets.Tree, node string) map[string][]byte {
+// userDataFiles decodes a node's user-data into its files.
+func userDataFiles(t *testing.T, tree *targets.Tree, node string) map[string]targets.File {
 	t.Helper()
 	f, ok := tree.Get(targets.NodePath(node, "user-data"))
 	if !ok {
 		t.Fatalf("no user-data for %s", node)
 	}
-	files, err := decodeWriteFiles(f.Data)
+	d, err := Decode(f.Data)
 	if err != nil {
 		t.Fatalf("user-data of %s: %v", node, err)
 	}
-	return files
-}
-
-func decodeWriteFiles(data []byte) (map[string][]byte, error) {
-	var ud struct {
-		WriteFiles []writeFile `json:"write_files"`
-	}
-	if err := yaml.UnmarshalStrict(data, &ud); err != nil {
-		// Users and commands are other keys: decode only the files.
-		if err := yaml.Unmarshal(data, &ud); err != nil {
-			return nil, err
-		}
-	}
-	out := map[string][]byte{}
-	for _, wf := range ud.WriteFiles {
-		b := []byte(wf.Content)
-		if wf.Encoding == "gz+b64" {
-			raw, err := base64.StdEncoding.DecodeString(wf.Content)
-			if err != nil {
-				return nil, err
-			}
-			zr, err := gzip.NewReader(bytes.NewReader(raw))
-			if err != nil {
-				return nil, err
-			}
-			if b, err = io.ReadAll(zr); err != nil {
-				return nil, err
-			}
-		}
-		out[wf.Path] = b
-	}
-	return out, nil
+	return d.Files
 }
 
 // manifestValue finds key's value in the first object of kind in a
@@ -210,7 +176,7 @@ func hostileFields() []hostileField {
 		}},
 		{name: "artifact URL", sample: `install: {source: "download", artifacts: k: {url: %s, sha256: "` + strings.Repeat("0", 64) + `", path: "/usr/local/bin/kubelet"}}`, read: func(t *testing.T, tree *targets.Tree) string {
 			list := userDataFiles(t, tree, "w1")["/usr/local/lib/kcompile/binaries.list"]
-			for _, l := range strings.Split(string(list), "\n") {
+			for _, l := range strings.Split(string(list.Data), "\n") {
 				if f := strings.Split(l, "|"); f[0] == "file" && f[1] == "/usr/local/bin/kubelet" {
 					return f[3]
 				}
@@ -231,23 +197,8 @@ func hostileMaterial(t *testing.T, c *ir.Cluster) *pki.Material {
 	return m
 }
 
-// bundleOnce reads the test bundle once for all fuzzing iterations.
-var bundleOnce = sync.OnceValues(func() (*pki.Bundle, error) {
-	data, err := os.ReadFile("../../testdata/test-secrets.json")
-	if err != nil {
-		return nil, err
-	}
-	return pki.Parse(data)
-})
-
-func testBundle(t *testing.T) *pki.Bundle {
-	t.Helper()
-	b, err := bundleOnce()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
+// bundleOnce parses the test bundle once for all fuzzing iterations.
+func testBundle(t *testing.T) *pki.Bundle { return fixture.Bundle(t) }
 
 // FuzzHostileValues puts generated strings into every kind of free-form
 // field of a spec. Each either gets an error diagnostic at the place it
@@ -291,7 +242,7 @@ func FuzzHostileValues(f *testing.F) {
 			}
 			t.Fatalf("%s %s refused, but not at its position:\n%v", field.name, diag.Quote(value), diags)
 		}
-		tree, err := Target{}.Build(hostileMaterial(t, c))
+		tree, err := buildErr(hostileMaterial(t, c))
 		if err != nil {
 			t.Fatalf("%s %s compiles but does not build: %v", field.name, diag.Quote(value), err)
 		}
@@ -303,7 +254,7 @@ func FuzzHostileValues(f *testing.F) {
 			if bc == nil {
 				t.Fatalf("the plain %s does not compile: %v", field.name, bd)
 			}
-			if base, err = (Target{}).Build(hostileMaterial(t, bc)); err != nil {
+			if base, err = buildErr(hostileMaterial(t, bc)); err != nil {
 				t.Fatal(err)
 			}
 			mu.Lock()
@@ -332,6 +283,17 @@ func plainFor(f hostileField) string {
 		return `"tier"`
 	}
 	return `"plain"`
+}
+
+// buildErr builds the cloud-init tree as the pipeline does, its own
+// diagnostics aside (the spec sets no size limit).
+func buildErr(m *pki.Material) (*targets.Tree, error) {
+	sd, err := systemd.Build(m, systemd.Options{})
+	if err != nil {
+		return nil, err
+	}
+	tree, _, err := Build(m, sd)
+	return tree, err
 }
 
 func compileHostile(t *testing.T, f hostileField, quoted string) (*ir.Cluster, diag.List) {
@@ -369,10 +331,10 @@ func sameShape(t *testing.T, base, got *targets.Tree) {
 				t.Fatalf("user-data of %s does not write %s", node, p)
 			}
 			if strings.HasSuffix(p, ".service") {
-				sameUnitShape(t, node+p, b, g)
+				sameUnitShape(t, node+p, b.Data, g.Data)
 			}
-			if strings.HasSuffix(p, ".list") && strings.Count(string(b), "\n") != strings.Count(string(g), "\n") {
-				t.Fatalf("%s%s has %d lines instead of %d", node, p, strings.Count(string(g), "\n"), strings.Count(string(b), "\n"))
+			if strings.HasSuffix(p, ".list") && strings.Count(string(b.Data), "\n") != strings.Count(string(g.Data), "\n") {
+				t.Fatalf("%s%s has %d lines instead of %d", node, p, strings.Count(string(g.Data), "\n"), strings.Count(string(b.Data), "\n"))
 			}
 		}
 	}

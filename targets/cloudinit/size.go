@@ -13,16 +13,9 @@ import (
 // spec allows.
 const CodeUserDataSize = "KC1301"
 
-// Rule describes a diagnostic of this target, for the README's table.
-type Rule struct {
-	Code     string
-	Severity diag.Severity
-	Summary  string
-}
-
 // Rules lists the target's diagnostics.
-func Rules() []Rule {
-	return []Rule{{CodeUserDataSize, diag.Error, "a node's user-data is larger than cloudInit.maxUserDataBytes"}}
+func Rules() []diag.Rule {
+	return []diag.Rule{{Code: CodeUserDataSize, Severity: diag.Error, Family: "cloud-init target", Summary: "a node's user-data is larger than cloudInit.maxUserDataBytes"}}
 }
 
 // NodeSize is the size of one node's user-data.

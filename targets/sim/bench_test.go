@@ -19,7 +19,7 @@ func BenchmarkSimBootLarge(b *testing.B) {
 	for b.Loop() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 		start := time.Now()
-		s, err := Start(ctx, c, bundle, Options{WorkDir: b.TempDir(), Progress: logWriter{b}})
+		s, err := Start(ctx, c, bundle, Options{WorkDir: b.TempDir(), Progress: logWriter{b}, Block: testBlock})
 		if err != nil {
 			b.Fatal(err)
 		}

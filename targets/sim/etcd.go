@@ -11,12 +11,12 @@ import (
 )
 
 // etcdConfig turns a member's compiled etcd flags into an embedded
-// server's configuration. The loopback client listener and the metrics
-// listener every member declares on 127.0.0.1 would collide in one
-// process, so the members listen on their own addresses only.
+// server's configuration. The members were compiled with their node's own
+// address as their loopback (layout), so their listeners do not collide;
+// the metrics listener is left out, since nothing scrapes it here.
 func etcdConfig(flags map[string]string) (*embed.Config, error) {
 	cfg := embed.NewConfig()
-	urls := func(name string, skipLocal bool) ([]url.URL, error) {
+	urls := func(name string) ([]url.URL, error) {
 		var out []url.URL
 		for _, s := range strings.Split(flags[name], ",") {
 			if s == "" {
@@ -25,9 +25,6 @@ func etcdConfig(flags map[string]string) (*embed.Config, error) {
 			u, err := url.Parse(s)
 			if err != nil {
 				return nil, fmt.Errorf("--%s: %w", name, err)
-			}
-			if skipLocal && u.Hostname() == "127.0.0.1" {
-				continue
 			}
 			out = append(out, *u)
 		}
@@ -39,16 +36,16 @@ func etcdConfig(flags map[string]string) (*embed.Config, error) {
 	var err error
 	cfg.Name = flags["name"]
 	cfg.Dir = flags["data-dir"]
-	if cfg.ListenClientUrls, err = urls("listen-client-urls", true); err != nil {
+	if cfg.ListenClientUrls, err = urls("listen-client-urls"); err != nil {
 		return nil, err
 	}
-	if cfg.AdvertiseClientUrls, err = urls("advertise-client-urls", false); err != nil {
+	if cfg.AdvertiseClientUrls, err = urls("advertise-client-urls"); err != nil {
 		return nil, err
 	}
-	if cfg.ListenPeerUrls, err = urls("listen-peer-urls", false); err != nil {
+	if cfg.ListenPeerUrls, err = urls("listen-peer-urls"); err != nil {
 		return nil, err
 	}
-	if cfg.AdvertisePeerUrls, err = urls("initial-advertise-peer-urls", false); err != nil {
+	if cfg.AdvertisePeerUrls, err = urls("initial-advertise-peer-urls"); err != nil {
 		return nil, err
 	}
 	cfg.ListenMetricsUrls = nil

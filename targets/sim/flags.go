@@ -2,27 +2,59 @@ package sim
 
 import (
 	"fmt"
-	"sort"
+	"net/netip"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/kcompile/kcompile/targets"
+	"github.com/kcompile/kcompile/compiler/ir"
+	"github.com/kcompile/kcompile/targets/systemd"
 	"github.com/kcompile/kcompile/targets/unitfile"
 )
 
-// unit parses one of a node's compiled units.
-func unit(tree *targets.Tree, node, name string) (unitfile.File, error) {
-	f, ok := tree.Get(targets.NodePath(node, "etc/systemd/system/"+name))
-	if !ok {
-		return unitfile.File{}, fmt.Errorf("kcompile bug: node %s has no %s", node, name)
+// layout is how the simulation asks the systemd target for its trees:
+// every node's files under the work directory, every node-local listener
+// on the node's own loopback address, and what one process needs of the
+// components besides their compiled flags: the API servers listen on
+// their node's address (not on every address, where five of them would
+// collide) without an endpoint reconciler (it refuses loopback
+// addresses), and the controller-managers and schedulers serve no port
+// (nothing probes them here).
+func layout(treeDir string, addrs *AddressMap) systemd.Options {
+	return systemd.Options{
+		Root:     func(node string) string { return filepath.Join(treeDir, "nodes", node) },
+		Loopback: func(node string) netip.Addr { return addrs.Nodes[node] },
+		ExtraArgs: func(node string, c ir.Component) []string {
+			switch c {
+			case ir.ComponentAPIServer:
+				return []string{"--bind-address=" + addrs.Nodes[node].String(), "--endpoint-reconciler-type=none"}
+			case ir.ComponentControllerManager, ir.ComponentScheduler:
+				return []string{"--secure-port=0"}
+			}
+			return nil
+		},
 	}
-	return unitfile.Parse(f.Data)
 }
 
-// execArgs reads the arguments of a unit's ExecStart from a node's tree.
-func execArgs(tree *targets.Tree, node, name string) ([]string, error) {
-	u, err := unit(tree, node, name)
+// unit is one of a node's units as the systemd target built it.
+func (s *Sim) unit(node, name string) (unitfile.File, error) {
+	for _, n := range s.cluster.Nodes {
+		if n.Name != node {
+			continue
+		}
+		for _, u := range systemd.NodeUnits(s.cluster, n, s.layout) {
+			if u.Name == name {
+				return u.Unit, nil
+			}
+		}
+	}
+	return unitfile.File{}, fmt.Errorf("kcompile bug: node %s has no %s", node, name)
+}
+
+// execArgs are the arguments of a unit's command line.
+func (s *Sim) execArgs(node, name string) ([]string, error) {
+	u, err := s.unit(node, name)
 	if err != nil {
 		return nil, err
 	}
@@ -31,16 +63,6 @@ func execArgs(tree *targets.Tree, node, name string) ([]string, error) {
 		return nil, fmt.Errorf("kcompile bug: %s of node %s has no single ExecStart", name, node)
 	}
 	return exec[0].Argv[1:], nil
-}
-
-// rooted rewrites the absolute paths of a node's files in s to where the
-// simulation wrote them: root is the node's directory in the workdir (an
-// absolute path without a trailing slash).
-func rooted(s, root string) string {
-	for _, p := range []string{"/etc/kubernetes/", "/var/lib/kubelet/", "/var/lib/kube-proxy/", "/var/lib/etcd", "/var/log/kubernetes/"} {
-		s = strings.ReplaceAll(s, p, root+p)
-	}
-	return s
 }
 
 // flagMap reads "--name=value" arguments into a map.
@@ -53,39 +75,11 @@ func flagMap(args []string) map[string]string {
 	return out
 }
 
-// withFlags replaces (or adds) flags; an empty value removes the flag.
-func withFlags(args []string, set map[string]string) []string {
-	var out []string
-	done := map[string]bool{}
-	for _, a := range args {
-		name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
-		if v, ok := set[name]; ok {
-			if v != "" && !done[name] {
-				out = append(out, "--"+name+"="+v)
-			}
-			done[name] = true
-			continue
-		}
-		out = append(out, a)
-	}
-	names := make([]string, 0, len(set))
-	for name := range set {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	for _, name := range names {
-		if v := set[name]; !done[name] && v != "" {
-			out = append(out, "--"+name+"="+v)
-		}
-	}
-	return out
-}
-
 // restartPolicy reads a unit's Restart= and RestartSec= (seconds, as
 // the compiled units write them): whether systemd starts the program
 // again when it exits by itself, and after how long.
-func restartPolicy(tree *targets.Tree, node, name string) (bool, time.Duration) {
-	u, err := unit(tree, node, name)
+func (s *Sim) restartPolicy(node, name string) (bool, time.Duration) {
+	u, err := s.unit(node, name)
 	if err != nil {
 		return false, 0
 	}

@@ -14,7 +14,9 @@ import (
 
 	"github.com/kcompile/kcompile/compiler"
 	"github.com/kcompile/kcompile/compiler/pki"
+	"github.com/kcompile/kcompile/targets"
 	"github.com/kcompile/kcompile/targets/systemd"
+	"github.com/kcompile/kcompile/targets/unitfile"
 )
 
 // flagSpec puts the values the kubelet's and the API server's command
@@ -59,15 +61,12 @@ func TestCompiledFlagsParseWithRealFlagSets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tree, err := systemd.Target{}.Build(m)
+	tree, err := systemd.Build(m, systemd.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 
-	args, err := execArgs(tree, "w1", "kubelet.service")
-	if err != nil {
-		t.Fatal(err)
-	}
+	args := treeArgs(t, tree, "w1", "kubelet.service")
 	fs := pflag.NewFlagSet("kubelet", pflag.ContinueOnError)
 	flags := kubeletoptions.NewKubeletFlags()
 	flags.AddFlags(fs)
@@ -114,10 +113,7 @@ func TestCompiledFlagsParseWithRealFlagSets(t *testing.T) {
 		}
 	}
 
-	args, err = execArgs(tree, "cp1", "kube-apiserver.service")
-	if err != nil {
-		t.Fatal(err)
-	}
+	args = treeArgs(t, tree, "cp1", "kube-apiserver.service")
 	opts := apiserveroptions.NewServerRunOptions()
 	afs := pflag.NewFlagSet("kube-apiserver", pflag.ContinueOnError)
 	for _, f := range opts.Flags().FlagSets {
@@ -144,4 +140,19 @@ func TestAdmissionPluginsAreKubeAPIServers(t *testing.T) {
 	if !slices.Equal(slices.Sorted(slices.Values(ours)), slices.Sorted(slices.Values(theirs))) {
 		t.Errorf("the compiler knows %s\nkube-apiserver registers %s", strings.Join(ours, ","), strings.Join(theirs, ","))
 	}
+}
+
+// treeArgs reads a unit's command line from the built tree, as systemd
+// would read the file.
+func treeArgs(t *testing.T, tree *targets.Tree, node, unit string) []string {
+	t.Helper()
+	f, ok := tree.Get(targets.NodePath(node, "etc/systemd/system/"+unit))
+	if !ok {
+		t.Fatalf("%s has no %s", node, unit)
+	}
+	u, err := unitfile.Parse(f.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u.Commands("Service", "ExecStart")[0].Argv[1:]
 }

@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/kcompile/kcompile/compiler/ir"
+	"github.com/kcompile/kcompile/compiler/pki"
 	"github.com/kcompile/kcompile/targets"
 )
 
@@ -364,7 +365,7 @@ func (s *Sim) AdminConfig() *rest.Config { return rest.CopyConfig(s.admin) }
 // NodeConfig is a client configuration with a node's own compiled
 // kubelet credentials.
 func (s *Sim) NodeConfig(node string) (*rest.Config, error) {
-	kc, ok := s.tree.Get(targets.NodePath(node, "etc/kubernetes/kubelet.conf"))
+	kc, ok := s.tree.Get(targets.NodePath(node, pki.KubeletKubeconfig))
 	if !ok {
 		return nil, fmt.Errorf("node %s has no kubelet credentials", node)
 	}

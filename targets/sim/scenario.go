@@ -2,16 +2,12 @@ package sim
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"strings"
 	"time"
 
-	"cuelang.org/go/cue"
-	"cuelang.org/go/cue/cuecontext"
-	cueerrors "cuelang.org/go/cue/errors"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -20,127 +16,35 @@ import (
 	"github.com/kcompile/kcompile/compiler/ir"
 )
 
-// scenarioSchema is what a scenario file may say. Steps run in order; an
-// expectation that does not hold is reported and the scenario goes on.
-const scenarioSchema = `
-#Target: {node: string} | {etcd: string} | {controlPlane: string}
-#Duration: =~"^[0-9]+(ms|s|m)$"
-#Step: {apply: string} |
-	{wait: {pods: #Pods, timeout: *"2m" | #Duration}} |
-	{wait: {nodesReady: int, timeout: *"2m" | #Duration}} |
-	{stop: #Target} |
-	{start: #Target} |
-	{expect: {api: "served" | "unavailable"}} |
-	{expect: {write: "succeeds" | "fails"}} |
-	{expect: {node: string, ready: bool, within: *"90s" | #Duration}} |
-	{expect: {pods: #Pods, within: *"3m" | #Duration}}
-#Pods: {namespace: *"default" | string, selector: string, running: int & >=0, notOn: [...string]}
-#Scenario: {name: string, steps: [...#Step]}
-`
-
-// Scenario is a parsed scenario file.
-type Scenario struct {
-	Name  string `json:"name"`
-	Steps []Step `json:"steps"`
-}
-
-// Step is one step; exactly one field is set.
-type Step struct {
-	Apply  string  `json:"apply,omitempty"`
-	Wait   *Wait   `json:"wait,omitempty"`
-	Stop   *Target `json:"stop,omitempty"`
-	Start  *Target `json:"start,omitempty"`
-	Expect *Expect `json:"expect,omitempty"`
-}
-
-// Target names what a stop or start acts on: a whole node, an etcd
-// member, or a node's control-plane components.
-type Target struct {
-	Node         string `json:"node,omitempty"`
-	Etcd         string `json:"etcd,omitempty"`
-	ControlPlane string `json:"controlPlane,omitempty"`
-}
-
-// Wait waits for pods or nodes.
-type Wait struct {
-	Pods       *Pods  `json:"pods,omitempty"`
-	NodesReady int    `json:"nodesReady,omitempty"`
-	Timeout    string `json:"timeout"`
-}
-
-// Expect is an expectation.
-type Expect struct {
-	API    string `json:"api,omitempty"`
-	Write  string `json:"write,omitempty"`
-	Node   string `json:"node,omitempty"`
-	Ready  bool   `json:"ready,omitempty"`
-	Pods   *Pods  `json:"pods,omitempty"`
-	Within string `json:"within,omitempty"`
-}
-
-// Pods selects pods and says how many must run, and where not.
-type Pods struct {
-	Namespace string   `json:"namespace"`
-	Selector  string   `json:"selector"`
-	Running   int      `json:"running"`
-	NotOn     []string `json:"notOn,omitempty"`
-}
-
-// ParseScenario reads a CUE scenario; errors name their file positions.
-func ParseScenario(filename string, src []byte) (*Scenario, error) {
-	ctx := cuecontext.New()
-	schema := ctx.CompileString(scenarioSchema).LookupPath(cue.ParsePath("#Scenario"))
-	v := ctx.CompileBytes(src, cue.Filename(filename))
-	if err := v.Err(); err != nil {
-		return nil, scenarioError(err)
-	}
-	v = schema.Unify(v)
-	if err := v.Validate(cue.Concrete(true)); err != nil {
-		return nil, scenarioError(err)
-	}
-	var s Scenario
-	if err := v.Decode(&s); err != nil {
-		return nil, scenarioError(err)
-	}
-	return &s, nil
-}
-
-func scenarioError(err error) error {
-	var lines []string
-	for _, e := range cueerrors.Errors(err) {
-		pos := ""
-		if ps := cueerrors.Positions(e); len(ps) > 0 {
-			pos = ps[0].String() + ": "
-		}
-		format, args := e.Msg()
-		path := strings.Join(e.Path(), ".")
-		lines = append(lines, fmt.Sprintf("%s%s: %s", pos, path, fmt.Sprintf(format, args...)))
-	}
-	return errors.New(strings.Join(lines, "\n"))
-}
-
 // Result is the outcome of one step.
 type Result struct {
-	Step   int
+	Step int
+	// Pos is where the step is written.
+	Pos    ir.Pos
 	What   string
 	Passed bool
 	Detail string
 }
 
-// Run plays a scenario against the running cluster and reports every
-// step; the scenario passes when every expectation held.
-func (s *Sim) Run(ctx context.Context, sc *Scenario, report io.Writer) (bool, error) {
+// Run plays a scenario, as compiler.LoadScenario checked it against this
+// cluster, and reports every step with its position in the scenario file;
+// the scenario passes when every expectation held.
+func (s *Sim) Run(ctx context.Context, sc *ir.Scenario, report io.Writer) (bool, error) {
 	cs := kubernetes.NewForConfigOrDie(s.AdminConfig())
 	ok := true
 	for i, st := range sc.Steps {
 		r := s.step(ctx, cs, st)
-		r.Step = i + 1
+		r.Step, r.Pos = i+1, st.Pos
 		mark := "PASS"
 		if !r.Passed {
 			mark = "FAIL"
 			ok = false
 		}
-		fmt.Fprintf(report, "%s step %d: %s", mark, r.Step, r.What)
+		fmt.Fprintf(report, "%s step %d", mark, r.Step)
+		if r.Pos.File != "" {
+			fmt.Fprintf(report, " at %s", r.Pos)
+		}
+		fmt.Fprintf(report, ": %s", r.What)
 		if r.Detail != "" {
 			fmt.Fprintf(report, " (%s)", r.Detail)
 		}
@@ -152,31 +56,20 @@ func (s *Sim) Run(ctx context.Context, sc *Scenario, report io.Writer) (bool, er
 	return ok, nil
 }
 
-func duration(s, def string) time.Duration {
-	if s == "" {
-		s = def
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil {
-		return time.Minute
-	}
-	return d
-}
-
-func (s *Sim) step(ctx context.Context, cs kubernetes.Interface, st Step) Result {
+func (s *Sim) step(ctx context.Context, cs kubernetes.Interface, st ir.Step) Result {
 	fail := func(what string, err error) Result { return Result{What: what, Detail: err.Error()} }
 	switch {
-	case st.Apply != "":
+	case st.Apply != nil:
 		what := "apply manifests"
-		if _, err := s.apply(ctx, "scenario", []byte(st.Apply)); err != nil {
+		if _, err := s.apply(ctx, "scenario", []byte(st.Apply.Manifests)); err != nil {
 			return fail(what, err)
 		}
 		return Result{What: what, Passed: true}
 	case st.Wait != nil:
 		w := st.Wait
 		if w.Pods != nil {
-			what := "wait for " + w.Pods.describe()
-			err := s.waitFor(ctx, duration(w.Timeout, "2m"), func() bool { return s.podsHold(ctx, cs, w.Pods) == nil })
+			what := "wait for " + describePods(w.Pods)
+			err := s.waitFor(ctx, w.Timeout, func() bool { return s.podsHold(ctx, cs, w.Pods) == nil })
 			if err != nil {
 				return fail(what, s.podsHold(ctx, cs, w.Pods))
 			}
@@ -184,7 +77,7 @@ func (s *Sim) step(ctx context.Context, cs kubernetes.Interface, st Step) Result
 		}
 		what := fmt.Sprintf("wait for %d nodes Ready", w.NodesReady)
 		var st Status
-		err := s.waitFor(ctx, duration(w.Timeout, "2m"), func() bool {
+		err := s.waitFor(ctx, w.Timeout, func() bool {
 			st, _ = s.Status(ctx)
 			return st.Ready >= w.NodesReady
 		})
@@ -192,15 +85,17 @@ func (s *Sim) step(ctx context.Context, cs kubernetes.Interface, st Step) Result
 			return fail(what, fmt.Errorf("%d Ready", st.Ready))
 		}
 		return Result{What: what, Passed: true}
-	case st.Stop != nil || st.Start != nil:
-		return s.stopStart(ctx, st)
+	case st.Stop != nil:
+		return s.stopStart(ctx, "stop", st.Stop)
+	case st.Start != nil:
+		return s.stopStart(ctx, "start", st.Start)
 	case st.Expect != nil:
 		return s.expect(ctx, cs, st.Expect)
 	}
 	return Result{What: "empty step"}
 }
 
-func (p *Pods) describe() string {
+func describePods(p *ir.Pods) string {
 	s := fmt.Sprintf("%d running pods %q in %s", p.Running, p.Selector, p.Namespace)
 	if len(p.NotOn) > 0 {
 		s += ", none on " + strings.Join(p.NotOn, ", ")
@@ -210,7 +105,7 @@ func (p *Pods) describe() string {
 
 // podsHold checks that exactly the wanted number of live pods run, and
 // none on the excluded nodes.
-func (s *Sim) podsHold(ctx context.Context, cs kubernetes.Interface, p *Pods) error {
+func (s *Sim) podsHold(ctx context.Context, cs kubernetes.Interface, p *ir.Pods) error {
 	list, err := cs.CoreV1().Pods(p.Namespace).List(ctx, metav1.ListOptions{LabelSelector: p.Selector})
 	if err != nil {
 		return err
@@ -233,42 +128,39 @@ func (s *Sim) podsHold(ctx context.Context, cs kubernetes.Interface, p *Pods) er
 	return nil
 }
 
-func (s *Sim) stopStart(ctx context.Context, st Step) Result {
-	t, verb := st.Stop, "stop"
-	if t == nil {
-		t, verb = st.Start, "start"
-	}
+func (s *Sim) stopStart(ctx context.Context, verb string, t *ir.Target) Result {
 	var err error
 	var what string
-	switch {
-	case t.Node != "":
-		what = verb + " node " + t.Node
+	switch t.Kind {
+	case ir.TargetNode:
+		what = verb + " node " + t.Name
 		if verb == "stop" {
-			err = s.StopNode(t.Node)
+			err = s.StopNode(t.Name)
 		} else {
-			err = s.StartNode(ctx, t.Node)
+			err = s.StartNode(ctx, t.Name)
 		}
-	case t.Etcd != "":
-		what = verb + " etcd member " + t.Etcd
+	case ir.TargetEtcd:
+		what = verb + " etcd member " + t.Name
 		if verb == "stop" {
-			err = s.StopEtcd(t.Etcd)
+			err = s.StopEtcd(t.Name)
 		} else {
-			err = s.StartEtcd(t.Etcd)
+			err = s.StartEtcd(t.Name)
+		}
+	case ir.TargetControlPlane:
+		what = verb + " the control plane of " + t.Name
+		if verb == "stop" {
+			for _, comp := range []ir.Component{ir.ComponentScheduler, ir.ComponentControllerManager, ir.ComponentAPIServer} {
+				s.stopComponent(t.Name, comp)
+			}
+			break
+		}
+		for _, comp := range []ir.Component{ir.ComponentAPIServer, ir.ComponentControllerManager, ir.ComponentScheduler} {
+			if err = s.startComponent(t.Name, comp); err != nil {
+				break
+			}
 		}
 	default:
-		what = verb + " the control plane of " + t.ControlPlane
-		for _, comp := range []ir.Component{ir.ComponentScheduler, ir.ComponentControllerManager, ir.ComponentAPIServer} {
-			if verb == "stop" {
-				s.stopComponent(t.ControlPlane, comp)
-			}
-		}
-		if verb == "start" {
-			for _, comp := range []ir.Component{ir.ComponentAPIServer, ir.ComponentControllerManager, ir.ComponentScheduler} {
-				if err = s.startComponent(t.ControlPlane, comp); err != nil {
-					break
-				}
-			}
-		}
+		return Result{What: verb + " nothing", Detail: fmt.Sprintf("unknown target %q", t.Kind)}
 	}
 	if err != nil {
 		return Result{What: what, Detail: err.Error()}
@@ -283,12 +175,12 @@ func (s *Sim) etcdRunning() int {
 	return len(s.etcd)
 }
 
-func (s *Sim) expect(ctx context.Context, cs kubernetes.Interface, e *Expect) Result {
+func (s *Sim) expect(ctx context.Context, cs kubernetes.Interface, e *ir.Expect) Result {
 	switch {
 	case e.API != "":
 		what := "expect the API " + e.API + " through " + s.cluster.Endpoint.URL
 		err := s.readyz(ctx)
-		if (err == nil) != (e.API == "served") {
+		if (err == nil) != (e.API == ir.APIServed) {
 			detail := "served"
 			if err != nil {
 				detail = err.Error()
@@ -307,7 +199,7 @@ func (s *Sim) expect(ctx context.Context, cs kubernetes.Interface, e *Expect) Re
 		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{GenerateName: "kcompile-sim-write-", Namespace: metav1.NamespaceDefault}}
 		_, err := cs.CoreV1().ConfigMaps(metav1.NamespaceDefault).Create(wctx, cm, metav1.CreateOptions{})
 		observed := err == nil
-		want := e.Write == "succeeds"
+		want := e.Write == ir.WriteSucceeds
 		switch {
 		case observed != want:
 			detail := "the write succeeded"
@@ -324,9 +216,9 @@ func (s *Sim) expect(ctx context.Context, cs kubernetes.Interface, e *Expect) Re
 		if !e.Ready {
 			want = "NotReady"
 		}
-		what := fmt.Sprintf("expect node %s %s within %s", e.Node, want, duration(e.Within, "90s"))
+		what := fmt.Sprintf("expect node %s %s within %s", e.Node, want, e.Within)
 		var got string
-		err := s.waitFor(ctx, duration(e.Within, "90s"), func() bool {
+		err := s.waitFor(ctx, e.Within, func() bool {
 			n, err := cs.CoreV1().Nodes().Get(ctx, e.Node, metav1.GetOptions{})
 			if err != nil {
 				return false
@@ -344,8 +236,8 @@ func (s *Sim) expect(ctx context.Context, cs kubernetes.Interface, e *Expect) Re
 		}
 		return Result{What: what, Passed: true}
 	case e.Pods != nil:
-		what := "expect " + e.Pods.describe() + " within " + duration(e.Within, "3m").String()
-		if err := s.waitFor(ctx, duration(e.Within, "3m"), func() bool { return s.podsHold(ctx, cs, e.Pods) == nil }); err != nil {
+		what := "expect " + describePods(e.Pods) + " within " + e.Within.String()
+		if err := s.waitFor(ctx, e.Within, func() bool { return s.podsHold(ctx, cs, e.Pods) == nil }); err != nil {
 			return Result{What: what, Detail: s.podsHold(ctx, cs, e.Pods).Error()}
 		}
 		return Result{What: what, Passed: true}

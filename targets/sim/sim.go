@@ -56,6 +56,9 @@ type Options struct {
 	WorkDir string
 	// Progress receives one line per phase.
 	Progress io.Writer
+	// Block is the block of the loopback network the simulation's
+	// addresses are taken from: 127.Block.0.0 and up (see MaxBlock).
+	Block int
 }
 
 // Sim is a running simulated cluster.
@@ -64,7 +67,9 @@ type Sim struct {
 	cluster *ir.Cluster
 	addrs   *AddressMap
 	tree    *targets.Tree
-	treeDir string
+	// layout is how the trees were asked for: under the work directory,
+	// on the nodes' own addresses.
+	layout systemd.Options
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -110,12 +115,11 @@ func Start(ctx context.Context, c *ir.Cluster, b *pki.Bundle, opts Options) (*Si
 	if err := raiseFileLimit(len(c.Nodes)); err != nil {
 		return nil, err
 	}
-	mapped, addrs := Remap(c)
-	m, err := pki.Issue(mapped, b)
-	if err != nil {
-		return nil, err
+	if opts.Block < 1 || opts.Block > MaxBlock {
+		return nil, fmt.Errorf("loopback block %d is outside 1-%d", opts.Block, MaxBlock)
 	}
-	tree, err := systemd.Target{}.Build(m)
+	mapped, addrs := Remap(c, opts.Block)
+	m, err := pki.Issue(mapped, b)
 	if err != nil {
 		return nil, err
 	}
@@ -127,6 +131,11 @@ func Start(ctx context.Context, c *ir.Cluster, b *pki.Bundle, opts Options) (*Si
 	if _, err := os.Stat(treeDir); err == nil {
 		return nil, fmt.Errorf("workdir %s holds a previous simulation; give an empty one", work)
 	}
+	sdOpts := layout(treeDir, addrs)
+	tree, err := systemd.Build(m, sdOpts)
+	if err != nil {
+		return nil, err
+	}
 	if _, err := targets.Write(treeDir, processTree(mapped, tree), targets.WriteOptions{}); err != nil {
 		return nil, err
 	}
@@ -137,7 +146,7 @@ func Start(ctx context.Context, c *ir.Cluster, b *pki.Bundle, opts Options) (*Si
 	if err := os.WriteFile(filepath.Join(work, AdminKubeconfig), admin.Data, 0o600); err != nil {
 		return nil, err
 	}
-	s := &Sim{opts: opts, cluster: mapped, addrs: addrs, tree: tree, treeDir: treeDir,
+	s := &Sim{opts: opts, cluster: mapped, addrs: addrs, tree: tree, layout: sdOpts,
 		etcd: map[string]*embed.Etcd{}, components: map[string]*component{}, kubelets: map[string]*kubelet{}}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	if err := s.boot(ctx); err != nil {
@@ -218,9 +227,6 @@ func processTree(c *ir.Cluster, tree *targets.Tree) *targets.Tree {
 	}
 	return out
 }
-
-// root is a node's directory in the workdir.
-func (s *Sim) root(node string) string { return filepath.Join(s.treeDir, "nodes", node) }
 
 func (s *Sim) boot(ctx context.Context) error {
 	start := time.Now()
@@ -355,14 +361,11 @@ func (s *Sim) StartEtcd(member string) error {
 		return fmt.Errorf("no etcd member %s", member)
 	}
 	node := s.cluster.Etcd.Members[i].Node
-	args, err := execArgs(s.tree, node, "etcd.service")
+	args, err := s.execArgs(node, "etcd.service")
 	if err != nil {
 		return err
 	}
 	flags := flagMap(args)
-	for k, v := range flags {
-		flags[k] = rooted(v, s.root(node))
-	}
 	if _, err := os.Stat(flags["data-dir"]); err == nil {
 		// A restart rejoins with its data.
 		flags["initial-cluster-state"] = "existing"
@@ -402,51 +405,9 @@ func (s *Sim) StopEtcd(member string) error {
 	return nil
 }
 
-// componentArgs are a component's compiled flags with the node's paths
-// moved into the workdir, and what one process needs of its own:
-// listeners on the node's address, no endpoint reconciler on loopback.
-func (s *Sim) componentArgs(node string, comp ir.Component) ([]string, error) {
-	args, err := execArgs(s.tree, node, string(comp)+".service")
-	if err != nil {
-		return nil, err
-	}
-	root := s.root(node)
-	for i := range args {
-		args[i] = rooted(args[i], root)
-	}
-	addr := s.addrs.Nodes[node].String()
-	switch comp {
-	case ir.ComponentAPIServer:
-		flags := flagMap(args)
-		var servers []string
-		for _, u := range strings.Split(flags["etcd-servers"], ",") {
-			servers = append(servers, strings.Replace(u, "https://127.0.0.1:", "https://"+addr+":", 1))
-		}
-		args = withFlags(args, map[string]string{"bind-address": addr, "advertise-address": addr,
-			"endpoint-reconciler-type": "none", "etcd-servers": strings.Join(servers, ",")})
-	case ir.ComponentControllerManager:
-		args = withFlags(args, map[string]string{"bind-address": addr, "secure-port": "0"})
-	case ir.ComponentScheduler:
-		flags := flagMap(args)
-		if cfgPath := flags["config"]; cfgPath != "" {
-			data, err := os.ReadFile(cfgPath)
-			if err != nil {
-				return nil, err
-			}
-			simCfg := filepath.Join(filepath.Dir(cfgPath), "sim-"+filepath.Base(cfgPath))
-			if err := os.WriteFile(simCfg, []byte(rooted(string(data), root)), 0o600); err != nil {
-				return nil, err
-			}
-			args = withFlags(args, map[string]string{"config": simCfg})
-		}
-		args = withFlags(args, map[string]string{"bind-address": addr, "secure-port": "0"})
-	}
-	return args, nil
-}
-
 // startComponent starts one control-plane component of a node.
 func (s *Sim) startComponent(node string, comp ir.Component) error {
-	args, err := s.componentArgs(node, comp)
+	args, err := s.execArgs(node, string(comp)+".service")
 	if err != nil {
 		return err
 	}
@@ -476,7 +437,7 @@ func (s *Sim) startComponent(node string, comp ir.Component) error {
 		if ctx.Err() != nil {
 			return
 		}
-		restart, delay := restartPolicy(s.tree, node, string(comp)+".service")
+		restart, delay := s.restartPolicy(node, string(comp)+".service")
 		if !restart {
 			s.progress("%s on %s exited: %v", comp, node, err)
 			return
@@ -627,7 +588,7 @@ func (s *Sim) nodeGracePeriod() time.Duration {
 		if !n.Runs(ir.ComponentControllerManager) {
 			continue
 		}
-		args, err := execArgs(s.tree, n.Name, string(ir.ComponentControllerManager)+".service")
+		args, err := s.execArgs(n.Name, string(ir.ComponentControllerManager)+".service")
 		if err != nil {
 			break
 		}
@@ -701,7 +662,7 @@ func (s *Sim) every(period time.Duration, f func()) (stop func()) {
 // newKubelet prepares a node's agent from its compiled kubelet unit and
 // kubeconfig.
 func (s *Sim) newKubelet(n ir.Node) (*kubelet, error) {
-	args, err := execArgs(s.tree, n.Name, "kubelet.service")
+	args, err := s.execArgs(n.Name, "kubelet.service")
 	if err != nil {
 		return nil, err
 	}
@@ -709,7 +670,7 @@ func (s *Sim) newKubelet(n ir.Node) (*kubelet, error) {
 	if err != nil {
 		return nil, fmt.Errorf("node %s: %w", n.Name, err)
 	}
-	kc, ok := s.tree.Get(targets.NodePath(n.Name, "etc/kubernetes/kubelet.conf"))
+	kc, ok := s.tree.Get(targets.NodePath(n.Name, pki.KubeletKubeconfig))
 	if !ok {
 		return nil, fmt.Errorf("kcompile bug: node %s has no kubelet.conf", n.Name)
 	}

@@ -5,9 +5,12 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kcompile/kcompile/fixture"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -25,24 +28,17 @@ import (
 
 func compile(t testing.TB, example string) (*ir.Cluster, *pki.Bundle) {
 	t.Helper()
-	c, diags := compiler.Compile(compiler.Source{Dir: "../../examples/" + example})
-	if c == nil {
-		t.Fatalf("%s: %v", example, diags)
-	}
-	data, err := os.ReadFile("../../testdata/test-secrets.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := pki.Parse(data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c, b
+	return fixture.Cluster(t, example, nil), fixture.Bundle(t)
 }
+
+// testBlock keeps this package's simulations apart from those of the
+// kcompile-sim tests, which run at the same time and choose free blocks
+// from 1 up.
+const testBlock = 100
 
 func TestRemap(t *testing.T) {
 	c, _ := compile(t, "ha-stacked")
-	m, addrs := Remap(c)
+	m, addrs := Remap(c, testBlock)
 	seen := map[netip.Addr]bool{}
 	for _, n := range m.Nodes {
 		a := n.Address()
@@ -51,7 +47,7 @@ func TestRemap(t *testing.T) {
 		}
 		seen[a] = true
 	}
-	if !m.Endpoint.Address.IsLoopback() || m.Endpoint.URL != "https://127.0.0.2:6443" {
+	if !m.Endpoint.Address.IsLoopback() || m.Endpoint.URL != "https://127.100.0.2:6443" {
 		t.Errorf("endpoint %+v", m.Endpoint)
 	}
 	for _, em := range m.Etcd.Members {
@@ -76,7 +72,7 @@ func TestSimHAStacked(t *testing.T) {
 	defer cancel()
 	work := t.TempDir()
 	var progress strings.Builder
-	s, err := Start(ctx, c, b, Options{WorkDir: work, Progress: &progress})
+	s, err := Start(ctx, c, b, Options{WorkDir: work, Progress: &progress, Block: testBlock})
 	if err != nil {
 		t.Fatalf("%v\n%s", err, progress.String())
 	}
@@ -165,35 +161,42 @@ func TestSimHAStacked(t *testing.T) {
 		t.Errorf("w01 patching itself: %v", err)
 	}
 
-	runScenarios(t, ctx, s)
+	runScenarios(t, ctx, s, c)
 
 	s.Stop()
 	stopped = true
-	if conn, err := net.DialTimeout("tcp", "127.0.0.2:6443", time.Second); err == nil {
+	if conn, err := net.DialTimeout("tcp", net.JoinHostPort(EndpointAddr(testBlock).String(), "6443"), time.Second); err == nil {
 		conn.Close()
 		t.Error("the endpoint still listens after Stop")
 	}
 }
 
-func TestParseScenarioErrors(t *testing.T) {
-	_, err := ParseScenario("bad.cue", []byte("name: \"x\"\nsteps: [{stop: {disk: \"cp1\"}}]\n"))
-	if err == nil || !strings.Contains(err.Error(), "bad.cue:2:") {
-		t.Errorf("error %v, want one at bad.cue:2", err)
+// TestScenarioTestdata: the scenarios TestSimHAStacked plays load
+// cleanly against the cluster they are written for, without booting it.
+func TestScenarioTestdata(t *testing.T) {
+	c, _ := compile(t, "ha-stacked")
+	files, err := filepath.Glob("testdata/*.cue")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no scenarios in testdata: %v", err)
+	}
+	for _, f := range files {
+		sc, diags := compiler.LoadScenario(f, c)
+		if sc == nil || len(diags) > 0 {
+			var b strings.Builder
+			diags.WriteText(&b)
+			t.Errorf("%s:\n%s", f, b.String())
+		}
 	}
 }
 
 // runScenarios plays the scenarios of testdata in order; each leaves the
 // cluster whole again. A scenario with a wrong expectation fails, naming
-// its step.
-func runScenarios(t *testing.T, ctx context.Context, s *Sim) {
+// its step and the step's position.
+func runScenarios(t *testing.T, ctx context.Context, s *Sim, c *ir.Cluster) {
 	for _, name := range []string{"etcd-quorum", "control-plane", "worker"} {
-		src, err := os.ReadFile("testdata/" + name + ".cue")
-		if err != nil {
-			t.Fatal(err)
-		}
-		sc, err := ParseScenario(name+".cue", src)
-		if err != nil {
-			t.Fatal(err)
+		sc, diags := compiler.LoadScenario("testdata/"+name+".cue", c)
+		if sc == nil {
+			t.Fatalf("%s: %v", name, diags)
 		}
 		var report strings.Builder
 		ok, err := s.Run(ctx, sc, &report)
@@ -203,12 +206,16 @@ func runScenarios(t *testing.T, ctx context.Context, s *Sim) {
 			t.Logf("scenario %s:\n%s", name, report.String())
 		}
 	}
-	sc, err := ParseScenario("wrong.cue", []byte(`name: "wrong", steps: [{expect: write: "fails"}]`))
-	if err != nil {
+	wrong := filepath.Join(t.TempDir(), "wrong.cue")
+	if err := os.WriteFile(wrong, []byte(`name: "wrong", steps: [{expect: write: "fails"}]`), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	sc, diags := compiler.LoadScenario(wrong, c)
+	if sc == nil {
+		t.Fatal(diags)
+	}
 	var report strings.Builder
-	if ok, _ := s.Run(ctx, sc, &report); ok || !strings.Contains(report.String(), "FAIL step 1: expect writes to fail") {
+	if ok, _ := s.Run(ctx, sc, &report); ok || !strings.Contains(report.String(), "FAIL step 1 at "+wrong+":1:24: expect writes to fail") {
 		t.Errorf("a wrong expectation passed:\n%s", report.String())
 	}
 }

@@ -8,6 +8,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -16,7 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/yaml"
 
 	"github.com/kcompile/kcompile/compiler/ir"
@@ -64,17 +64,19 @@ func keepsValues(k string) bool {
 	return false
 }
 
-// decodeManifest decodes every document of a manifest strictly with the
-// client-go scheme plus apiextensions.k8s.io/v1 (the CNI plugins ship
-// CustomResourceDefinitions), as `kubectl apply` would, and returns the
-// objects. The scheme is built per call: no shared mutable state.
+// decodeManifest decodes every document of a manifest strictly, with the
+// upstream types of the API groups the addons use (and only those: a
+// scheme of every group, as client-go's, would double the build of
+// kcompile), as `kubectl apply` would, and returns the objects. A
+// document of another group fails to decode. The scheme is built per
+// call: no shared mutable state.
 func decodeManifest(data []byte) ([]runtime.Object, error) {
 	s := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(s); err != nil {
-		return nil, err
-	}
-	if err := apiextensionsv1.AddToScheme(s); err != nil {
-		return nil, err
+	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, appsv1.AddToScheme, rbacv1.AddToScheme,
+		storagev1.AddToScheme, policyv1.AddToScheme, apiextensionsv1.AddToScheme} {
+		if err := add(s); err != nil {
+			return nil, err
+		}
 	}
 	codecs := serializer.NewCodecFactory(s, serializer.EnableStrict)
 	dec := codecs.UniversalDeserializer()

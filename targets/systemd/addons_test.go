@@ -5,13 +5,15 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kcompile/kcompile/fixture"
+
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 )
 
 func TestAddonsDecodeStrictly(t *testing.T) {
-	for _, name := range examples {
+	for _, name := range fixture.Examples() {
 		c := compileExample(t, name)
 		for _, set := range [][]runtime.Object{coreDNS(c), storage(c), clusterRBAC(), nodeLabels(c)} {
 			if len(set) == 0 {

@@ -1,12 +1,14 @@
 package systemd
 
 import (
-	"github.com/kcompile/kcompile/targets/unitfile"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/kcompile/kcompile/fixture"
+	"github.com/kcompile/kcompile/targets/unitfile"
 )
 
 // TestSystemdAnalyzeVerify runs systemd's own verifier on every unit of
@@ -19,10 +21,10 @@ func TestSystemdAnalyzeVerify(t *testing.T) {
 	if err != nil {
 		t.Fatal("systemd-analyze is required (Debian package systemd; scripts/tools installs it)")
 	}
-	for _, name := range examples {
+	for _, name := range fixture.Examples() {
 		c := compileExample(t, name)
 		for _, n := range c.Nodes {
-			units := nodeUnits(c, n)
+			units := NodeUnits(c, n, Options{})
 			if len(units) == 0 {
 				t.Fatalf("%s/%s has no units", name, n.Name)
 			}

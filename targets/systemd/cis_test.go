@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/kcompile/kcompile/compiler/ir"
+	"github.com/kcompile/kcompile/compiler/pki"
 	"github.com/kcompile/kcompile/targets"
 	"github.com/kcompile/kcompile/targets/unitfile"
 )
@@ -422,7 +423,7 @@ func copyCfg(t *testing.T, from, to string) {
 	} {
 		prepend(u.section, u.component, "confs", "/"+unitDir+u.unit)
 	}
-	prepend("node", "proxy", "kubeconfig", kubeProxyKubeconfig)
+	prepend("node", "proxy", "kubeconfig", "/"+pki.KubeProxyKubeconfig)
 	out, err := yaml.Marshal(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -558,7 +559,7 @@ func TestAnonymousAuthFollowsSpec(t *testing.T) {
 		c.Security.AnonymousAuth = on
 		n := c.Nodes[0]
 		want := fmt.Sprintf("--anonymous-auth=%t", on)
-		if !slices.Contains(apiServerArgs(c, n), want) {
+		if !slices.Contains(apiServerArgs(c, n, Options{}.layout(n)), want) {
 			t.Errorf("anonymousAuth %t: kube-apiserver flags lack %s", on, want)
 		}
 	}

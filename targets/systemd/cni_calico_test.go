@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kcompile/kcompile/fixture"
+
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -104,7 +106,7 @@ func TestCalicoManifestDecodesStrictly(t *testing.T) {
 	if cni := compileExample(t, "ha-stacked").Network.CNI; cni.Plugin != "calico" || cni.Version != "3.30.3" {
 		t.Errorf("ha-stacked runs %s %s, not calico 3.30.3: check the tests", cni.Plugin, cni.Version)
 	}
-	for _, name := range examples {
+	for _, name := range fixture.Examples() {
 		calicoObjects(t, name, nil)
 	}
 }

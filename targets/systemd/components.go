@@ -3,12 +3,14 @@ package systemd
 import (
 	"fmt"
 	"github.com/kcompile/kcompile/targets/unitfile"
+	"net"
 	"net/netip"
 	"sort"
 	"strconv"
 	"strings"
 
 	"github.com/kcompile/kcompile/compiler/ir"
+	"github.com/kcompile/kcompile/compiler/pki"
 )
 
 // binDir is where the install unit puts the binaries of the spec's
@@ -57,42 +59,35 @@ func service(description, doc string, after, requires []string, program string, 
 
 // etcdArgs are the flags of an etcd member: client and peer TLS with
 // client-certificate authentication, the initial cluster of the topology.
-func etcdArgs(c *ir.Cluster, m ir.EtcdMember) []string {
-	local := "https://127.0.0.1:2379"
-	if m.Address.Is6() {
-		local = "https://[::1]:2379"
+func etcdArgs(c *ir.Cluster, m ir.EtcdMember, l layout) []string {
+	listen := m.ClientURL
+	if l.loopback != m.Address {
+		listen = "https://" + net.JoinHostPort(l.loopback.String(), "2379") + "," + listen
 	}
 	return []string{
 		flag("name", m.Name),
-		flag("data-dir", etcdDataDir),
-		flag("listen-client-urls", local+","+m.ClientURL),
+		flag("data-dir", l.at(etcdDataDir)),
+		flag("listen-client-urls", listen),
 		flag("advertise-client-urls", m.ClientURL),
 		flag("listen-peer-urls", m.PeerURL),
 		flag("initial-advertise-peer-urls", m.PeerURL),
 		flag("initial-cluster", c.Etcd.InitialCluster),
 		flag("initial-cluster-state", "new"),
 		flag("initial-cluster-token", c.Name),
-		flag("listen-metrics-urls", "http://"+loopbackFor(m.Address)+":2381"),
-		flag("cert-file", "/etc/kubernetes/pki/etcd/server.crt"),
-		flag("key-file", "/etc/kubernetes/pki/etcd/server.key"),
-		flag("trusted-ca-file", "/etc/kubernetes/pki/etcd/ca.crt"),
+		flag("listen-metrics-urls", "http://"+net.JoinHostPort(l.loopback.String(), "2381")),
+		flag("cert-file", l.at(pki.CertFile(pki.EtcdServerStem))),
+		flag("key-file", l.at(pki.KeyFile(pki.EtcdServerStem))),
+		flag("trusted-ca-file", l.at(pki.EtcdCACert)),
 		flag("client-cert-auth", "true"),
-		flag("peer-cert-file", "/etc/kubernetes/pki/etcd/peer.crt"),
-		flag("peer-key-file", "/etc/kubernetes/pki/etcd/peer.key"),
-		flag("peer-trusted-ca-file", "/etc/kubernetes/pki/etcd/ca.crt"),
+		flag("peer-cert-file", l.at(pki.CertFile(pki.EtcdPeerStem))),
+		flag("peer-key-file", l.at(pki.KeyFile(pki.EtcdPeerStem))),
+		flag("peer-trusted-ca-file", l.at(pki.EtcdCACert)),
 		flag("peer-client-cert-auth", "true"),
 		flag("quota-backend-bytes", strconv.FormatInt(c.Etcd.QuotaBackendBytes, 10)),
 		flag("snapshot-count", strconv.Itoa(c.Etcd.SnapshotCount)),
 		flag("cipher-suites", tlsCipherSuites),
 		flag("tls-min-version", "TLS1.2"),
 	}
-}
-
-func loopbackFor(a netip.Addr) string {
-	if a.Is6() {
-		return "[::1]"
-	}
-	return "127.0.0.1"
 }
 
 // tlsCipherSuites are the TLS 1.2 suites every component accepts: AEAD
@@ -102,7 +97,7 @@ const tlsCipherSuites = "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,TLS_ECDHE_RSA_W
 	"TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256"
 
 // apiServerArgs are kube-apiserver's flags for a control-plane node.
-func apiServerArgs(c *ir.Cluster, n ir.Node) []string {
+func apiServerArgs(c *ir.Cluster, n ir.Node, l layout) []string {
 	plugins := append([]string(nil), c.Security.AdmissionPlugins...)
 	sort.Strings(plugins)
 	args := []string{
@@ -111,22 +106,22 @@ func apiServerArgs(c *ir.Cluster, n ir.Node) []string {
 		// Off unless the spec waives CIS 1.2.1.
 		flag("anonymous-auth", strconv.FormatBool(c.Security.AnonymousAuth)),
 		flag("authorization-mode", "Node,RBAC"),
-		flag("client-ca-file", clusterCAPath),
+		flag("client-ca-file", l.at(pki.ClusterCACert)),
 		flag("enable-admission-plugins", strings.Join(plugins, ",")),
 		flag("enable-bootstrap-token-auth", "true"),
-		flag("etcd-cafile", "/etc/kubernetes/pki/etcd/ca.crt"),
-		flag("etcd-certfile", "/etc/kubernetes/pki/apiserver-etcd-client.crt"),
-		flag("etcd-keyfile", "/etc/kubernetes/pki/apiserver-etcd-client.key"),
+		flag("etcd-cafile", l.at(pki.EtcdCACert)),
+		flag("etcd-certfile", l.at(pki.CertFile(pki.APIServerEtcdClientStem))),
+		flag("etcd-keyfile", l.at(pki.KeyFile(pki.APIServerEtcdClientStem))),
 		flag("etcd-servers", strings.Join(c.Etcd.ClientURLs, ",")),
-		flag("kubelet-certificate-authority", clusterCAPath),
-		flag("kubelet-client-certificate", "/etc/kubernetes/pki/apiserver-kubelet-client.crt"),
-		flag("kubelet-client-key", "/etc/kubernetes/pki/apiserver-kubelet-client.key"),
+		flag("kubelet-certificate-authority", l.at(pki.ClusterCACert)),
+		flag("kubelet-client-certificate", l.at(pki.CertFile(pki.APIServerKubeletClientStem))),
+		flag("kubelet-client-key", l.at(pki.KeyFile(pki.APIServerKubeletClientStem))),
 		flag("kubelet-preferred-address-types", "InternalIP,ExternalIP,Hostname"),
 		flag("profiling", "false"),
-		flag("proxy-client-cert-file", "/etc/kubernetes/pki/front-proxy-client.crt"),
-		flag("proxy-client-key-file", "/etc/kubernetes/pki/front-proxy-client.key"),
+		flag("proxy-client-cert-file", l.at(pki.CertFile(pki.FrontProxyClientStem))),
+		flag("proxy-client-key-file", l.at(pki.KeyFile(pki.FrontProxyClientStem))),
 		flag("requestheader-allowed-names", "front-proxy-client"),
-		flag("requestheader-client-ca-file", "/etc/kubernetes/pki/front-proxy-ca.crt"),
+		flag("requestheader-client-ca-file", l.at(pki.FrontProxyCACert)),
 		flag("requestheader-extra-headers-prefix", "X-Remote-Extra-"),
 		flag("requestheader-group-headers", "X-Remote-Group"),
 		flag("requestheader-username-headers", "X-Remote-User"),
@@ -134,24 +129,24 @@ func apiServerArgs(c *ir.Cluster, n ir.Node) []string {
 		flag("service-account-issuer", "https://kubernetes.default.svc."+c.Network.Domain),
 		// CIS 1.2.30: tokens live as long as they say.
 		flag("service-account-extend-token-expiration", "false"),
-		flag("service-account-key-file", "/etc/kubernetes/pki/sa.pub"),
-		flag("service-account-signing-key-file", "/etc/kubernetes/pki/sa.key"),
+		flag("service-account-key-file", l.at(pki.ServiceAccountPubKey)),
+		flag("service-account-signing-key-file", l.at(pki.ServiceAccountKey)),
 		flag("service-cluster-ip-range", joinPrefixes(c.Network.ServiceCIDRs)),
-		flag("tls-cert-file", "/etc/kubernetes/pki/apiserver.crt"),
+		flag("tls-cert-file", l.at(pki.CertFile(pki.APIServerStem))),
 		flag("tls-cipher-suites", tlsCipherSuites),
 		flag("tls-min-version", "VersionTLS12"),
-		flag("tls-private-key-file", "/etc/kubernetes/pki/apiserver.key"),
+		flag("tls-private-key-file", l.at(pki.KeyFile(pki.APIServerStem))),
 	}
 	if c.Security.EncryptionAtRest {
-		args = append(args, flag("encryption-provider-config", encryptionConfigPath))
+		args = append(args, flag("encryption-provider-config", l.at(encryptionConfigPath)))
 	}
 	if a := c.Security.Audit; a.Enabled {
 		args = append(args,
 			flag("audit-log-maxage", strconv.Itoa(a.MaxAgeDays)),
 			flag("audit-log-maxbackup", strconv.Itoa(a.MaxBackups)),
 			flag("audit-log-maxsize", strconv.Itoa(a.MaxSizeMB)),
-			flag("audit-log-path", auditLogPath),
-			flag("audit-policy-file", auditPolicyPath))
+			flag("audit-log-path", l.at(auditLogPath)),
+			flag("audit-policy-file", l.at(auditPolicyPath)))
 	}
 	sort.Strings(args)
 	return args
@@ -160,25 +155,25 @@ func apiServerArgs(c *ir.Cluster, n ir.Node) []string {
 // controllerManagerArgs are kube-controller-manager's flags: node CIDR
 // allocation from the pod CIDR, per-controller service-account
 // credentials, CSR signing with the cluster CA.
-func controllerManagerArgs(c *ir.Cluster) []string {
-	kubeconfig := "/etc/kubernetes/controller-manager.conf"
+func controllerManagerArgs(c *ir.Cluster, l layout) []string {
+	kubeconfig := l.at(pki.ControllerManagerKubeconfig)
 	args := []string{
 		flag("allocate-node-cidrs", "true"),
 		flag("authentication-kubeconfig", kubeconfig),
 		flag("authorization-kubeconfig", kubeconfig),
-		flag("bind-address", "127.0.0.1"),
-		flag("client-ca-file", clusterCAPath),
+		flag("bind-address", l.loopback.String()),
+		flag("client-ca-file", l.at(pki.ClusterCACert)),
 		flag("cluster-cidr", joinPrefixes(c.Network.PodCIDRs)),
 		flag("cluster-name", c.Name),
-		flag("cluster-signing-cert-file", clusterCAPath),
-		flag("cluster-signing-key-file", "/etc/kubernetes/pki/ca.key"),
+		flag("cluster-signing-cert-file", l.at(pki.ClusterCACert)),
+		flag("cluster-signing-key-file", l.at(pki.ClusterCAKey)),
 		flag("controllers", "*,bootstrapsigner,tokencleaner"),
 		flag("kubeconfig", kubeconfig),
 		flag("leader-elect", "true"),
 		flag("profiling", "false"),
-		flag("requestheader-client-ca-file", "/etc/kubernetes/pki/front-proxy-ca.crt"),
-		flag("root-ca-file", clusterCAPath),
-		flag("service-account-private-key-file", "/etc/kubernetes/pki/sa.key"),
+		flag("requestheader-client-ca-file", l.at(pki.FrontProxyCACert)),
+		flag("root-ca-file", l.at(pki.ClusterCACert)),
+		flag("service-account-private-key-file", l.at(pki.ServiceAccountKey)),
 		flag("service-cluster-ip-range", joinPrefixes(c.Network.ServiceCIDRs)),
 		// CIS 1.3.1 asks for the threshold to be chosen; this is
 		// Kubernetes' default, written down.
@@ -200,12 +195,12 @@ func controllerManagerArgs(c *ir.Cluster) []string {
 }
 
 // schedulerArgs are kube-scheduler's flags; the rest is in its config.
-func schedulerArgs() []string {
+func schedulerArgs(l layout) []string {
 	return []string{
-		flag("authentication-kubeconfig", schedulerKubeconfig),
-		flag("authorization-kubeconfig", schedulerKubeconfig),
-		flag("bind-address", "127.0.0.1"),
-		flag("config", schedulerConfigPath),
+		flag("authentication-kubeconfig", l.at(pki.SchedulerKubeconfig)),
+		flag("authorization-kubeconfig", l.at(pki.SchedulerKubeconfig)),
+		flag("bind-address", l.loopback.String()),
+		flag("config", l.at(schedulerConfigPath)),
 		// The configuration turns profiling off; with --config the
 		// scheduler ignores this flag, but auditors (CIS 1.4.1) read
 		// the command line.
@@ -253,10 +248,10 @@ func kubeletMaySet(key string) bool {
 
 // kubeletArgs are the kubelet's flags: what KubeletConfiguration cannot
 // say about this node.
-func kubeletArgs(n ir.Node) []string {
+func kubeletArgs(n ir.Node, l layout) []string {
 	args := []string{
-		flag("config", kubeletConfigPath),
-		flag("kubeconfig", kubeletKubeconfig),
+		flag("config", l.at(kubeletConfigPath)),
+		flag("kubeconfig", l.at(pki.KubeletKubeconfig)),
 		flag("hostname-override", n.Name),
 		flag("node-ip", joinAddrs(n.Addresses)),
 	}

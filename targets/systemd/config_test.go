@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kcompile/kcompile/fixture"
+
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 
 	"github.com/kcompile/kcompile/compiler/ir"
@@ -14,18 +16,18 @@ import (
 // TestConfigsDecodeStrictly renders every component config of every
 // example and decodes it back strictly with its upstream type.
 func TestConfigsDecodeStrictly(t *testing.T) {
-	for _, name := range examples {
+	for _, name := range fixture.Examples() {
 		c := compileExample(t, name)
 		for _, n := range c.Nodes {
 			var cfgs []any
 			if n.RunsPods() {
-				cfgs = append(cfgs, kubeletConfig(c, n))
+				cfgs = append(cfgs, kubeletConfig(c, n, Options{}.layout(n)))
 				if n.Runs(ir.ComponentKubeProxy) {
-					cfgs = append(cfgs, kubeProxyConfig(c))
+					cfgs = append(cfgs, kubeProxyConfig(c, Options{}.layout(c.Nodes[0])))
 				}
 			}
 			if n.Runs(ir.ComponentAPIServer) {
-				cfgs = append(cfgs, schedulerConfig(), encryptionConfig(c, make([]byte, 32)), auditPolicy())
+				cfgs = append(cfgs, schedulerConfig(Options{}.layout(c.Nodes[0])), encryptionConfig(c, make([]byte, 32)), auditPolicy())
 			}
 			for _, cfg := range cfgs {
 				data, err := marshalConfig(cfg)
@@ -45,7 +47,7 @@ func TestConfigsDecodeStrictly(t *testing.T) {
 
 func TestVerifyConfigRejectsUnknownFields(t *testing.T) {
 	c := compileExample(t, "single-node")
-	cfg := kubeletConfig(c, c.Nodes[0])
+	cfg := kubeletConfig(c, c.Nodes[0], Options{}.layout(c.Nodes[0]))
 	data, err := marshalConfig(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -61,7 +63,7 @@ func TestVerifyConfigRejectsUnknownFields(t *testing.T) {
 func TestKubeletConfig(t *testing.T) {
 	c := compileExample(t, "ha-stacked")
 	w := c.Nodes[3]
-	cfg := kubeletConfig(c, w)
+	cfg := kubeletConfig(c, w, Options{}.layout(w))
 	if !slices.Equal(cfg.ClusterDNS, []string{"10.96.0.10"}) || cfg.ClusterDomain != "cluster.local" {
 		t.Errorf("DNS %v %q", cfg.ClusterDNS, cfg.ClusterDomain)
 	}
@@ -90,14 +92,14 @@ func TestEncryptionConfigCarriesKey(t *testing.T) {
 func TestCrossArtifactValues(t *testing.T) {
 	c := compileExample(t, "dual-stack")
 	cp := c.Nodes[0]
-	api := strings.Join(apiServerArgs(c, cp), " ")
-	cm := strings.Join(controllerManagerArgs(c), " ")
+	api := strings.Join(apiServerArgs(c, cp, Options{}.layout(cp)), " ")
+	cm := strings.Join(controllerManagerArgs(c, Options{}.layout(c.Nodes[0])), " ")
 	svc := "10.96.0.0/16,fd00:10:96::/112"
 	pods := "10.244.0.0/16,fd00:10:244::/56"
 	if !strings.Contains(api, "--service-cluster-ip-range="+svc) || !strings.Contains(cm, "--service-cluster-ip-range="+svc) {
 		t.Errorf("service CIDRs differ:\n%s\n%s", api, cm)
 	}
-	if !strings.Contains(cm, "--cluster-cidr="+pods) || kubeProxyConfig(c).ClusterCIDR != pods {
+	if !strings.Contains(cm, "--cluster-cidr="+pods) || kubeProxyConfig(c, Options{}.layout(c.Nodes[0])).ClusterCIDR != pods {
 		t.Errorf("pod CIDRs differ")
 	}
 	if !strings.Contains(cm, "--node-cidr-mask-size-ipv4=24") || !strings.Contains(cm, "--node-cidr-mask-size-ipv6=64") {
@@ -110,7 +112,7 @@ func TestCrossArtifactValues(t *testing.T) {
 
 func TestKubeletArgsLeaveRestrictedLabels(t *testing.T) {
 	c := compileExample(t, "ha-stacked")
-	argv := kubeletArgs(c.Nodes[0])
+	argv := kubeletArgs(c.Nodes[0], Options{}.layout(c.Nodes[0]))
 	args := strings.Join(argv, " ")
 	for _, a := range argv {
 		if strings.HasPrefix(a, "--node-labels=") && strings.Contains(a, "node-role.kubernetes.io") {

@@ -72,27 +72,16 @@ func TestControlPlaneStartsFromUnits(t *testing.T) {
 func runControlPlane(t *testing.T) {
 	c := compileExample(t, "single-node")
 	m := testMaterial(t, c)
-	tree := targets.NewTree()
-	if err := nodeFiles(m, tree, newRenderCache()); err != nil {
-		t.Fatal(err)
-	}
 	top := t.TempDir()
-	if _, err := targets.Write(filepath.Join(top, "out"), tree, targets.WriteOptions{}); err != nil {
-		t.Fatal(err)
-	}
 	node := c.Nodes[0].Name
+	// The tree is laid out under a directory of its own, as the
+	// simulator lays it: the components read their files there.
 	root := filepath.Join(top, "out", "nodes", node)
-	// The scheduler's configuration names its kubeconfig by path, too.
-	schedCfg := filepath.Join(root, schedulerConfigPath)
-	data, err := os.ReadFile(schedCfg)
-	if err != nil {
+	tree := targets.NewTree()
+	if err := nodeFiles(m, tree, newRenderCache(), Options{Root: func(string) string { return root }}); err != nil {
 		t.Fatal(err)
 	}
-	rerooted := strings.ReplaceAll(string(data), " "+schedulerKubeconfig, " "+filepath.Join(root, schedulerKubeconfig))
-	if rerooted == string(data) {
-		t.Fatalf("the scheduler configuration does not name %s:\n%s", schedulerKubeconfig, data)
-	}
-	if err := os.WriteFile(schedCfg, []byte(rerooted), 0o644); err != nil {
+	if _, err := targets.Write(filepath.Join(top, "out"), tree, targets.WriteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	bin := os.Getenv("KCOMPILE_BIN")
@@ -115,12 +104,8 @@ func runControlPlane(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		argv := strings.Fields(u.Get("Service", "ExecStart")[0])
-		prog := filepath.Join(bin, filepath.Base(argv[0]))
-		var args []string
-		for _, a := range argv[1:] {
-			args = append(args, reroot(a, root))
-		}
+		argv := u.Commands("Service", "ExecStart")[0].Argv
+		prog, args := filepath.Join(bin, filepath.Base(argv[0])), argv[1:]
 		logPath := filepath.Join(top, name+".log")
 		logs[name] = logPath
 		logf, err := os.Create(logPath)
@@ -203,14 +188,4 @@ func runControlPlane(t *testing.T) {
 			time.Sleep(500 * time.Millisecond)
 		}
 	}
-}
-
-// reroot moves an absolute path in a flag value under root; URLs and other
-// values stay as they are.
-func reroot(arg, root string) string {
-	name, value, ok := strings.Cut(arg, "=")
-	if !ok || !strings.HasPrefix(value, "/") {
-		return arg
-	}
-	return name + "=" + filepath.Join(root, value)
 }

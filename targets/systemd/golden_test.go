@@ -7,32 +7,14 @@ import (
 	"time"
 
 	"github.com/kcompile/kcompile/compiler/pki"
+	"github.com/kcompile/kcompile/fixture"
 	"github.com/kcompile/kcompile/review"
 	"github.com/kcompile/kcompile/targets"
 )
 
-// testBundle is the committed, test-only secrets bundle.
-func testBundle(t testing.TB) *pki.Bundle {
-	t.Helper()
-	data, err := os.ReadFile("../../testdata/test-secrets.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := pki.Parse(data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
 func buildExample(t testing.TB, name string) *targets.Tree {
 	t.Helper()
-	c := compileExample(t, name)
-	m, err := pki.Issue(c, testBundle(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tree, err := Target{}.Build(m)
+	tree, err := Build(fixture.Material(t, name, nil), Options{})
 	if err != nil {
 		t.Fatalf("%s: %v", name, err)
 	}
@@ -43,8 +25,8 @@ func buildExample(t testing.TB, name string) *targets.Tree {
 // systemd; KCOMPILE_UPDATE=1 rewrites them and deletes stale files.
 func TestGolden(t *testing.T) {
 	update := os.Getenv("KCOMPILE_UPDATE") != ""
-	for _, name := range examples {
-		d, err := review.Golden("../../golden/"+name+"/systemd", buildExample(t, name), update)
+	for _, name := range fixture.Examples() {
+		d, err := review.Golden(fixture.Path("golden/"+name+"/systemd"), buildExample(t, name), update)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -71,7 +53,7 @@ func TestBuildsAreByteIdentical(t *testing.T) {
 // writing the same number of files and bytes. It reports the ratio.
 func BenchmarkBuildLarge(b *testing.B) {
 	c := compileExample(b, "large")
-	bundle := testBundle(b)
+	bundle := fixture.Bundle(b)
 	var build, floor float64
 	for b.Loop() {
 		dir := b.TempDir()
@@ -80,7 +62,7 @@ func BenchmarkBuildLarge(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		tree, err := Target{}.Build(m)
+		tree, err := Build(m, Options{})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -5,11 +5,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kcompile/kcompile/fixture"
+
 	"github.com/containernetworking/cni/libcni"
 )
 
 func TestRuntimeConfigMatchesKubelet(t *testing.T) {
-	for _, name := range examples {
+	for _, name := range fixture.Examples() {
 		c := compileExample(t, name)
 		path, data, err := runtimeConfig(c)
 		if err != nil {
@@ -38,7 +40,7 @@ func TestRuntimeConfigMatchesKubelet(t *testing.T) {
 
 func TestCNIConfList(t *testing.T) {
 	want := map[string]string{"single-node": "cbr0", "ha-stacked": "k8s-pod-network", "external-etcd": "cilium", "dual-stack": "cbr0"}
-	for _, name := range examples {
+	for _, name := range fixture.Examples() {
 		c := compileExample(t, name)
 		n := c.Nodes[len(c.Nodes)-1]
 		_, data, err := cniConfList(c, n)

@@ -14,8 +14,8 @@ import (
 // reports the version the spec asks for.
 const (
 	installUnit   = "kcompile-install.service"
-	installScript = "/usr/local/lib/kcompile/install.sh"
-	installList   = "/usr/local/lib/kcompile/binaries.list"
+	installScript = "usr/local/lib/kcompile/install.sh"
+	installList   = "usr/local/lib/kcompile/binaries.list"
 )
 
 // installScriptText is the installer, POSIX sh with curl, sha256sum, tar
@@ -152,8 +152,8 @@ func binariesList(c *ir.Cluster, n ir.Node) ([]byte, error) {
 }
 
 // installUnitFile is the oneshot service every component requires.
-func installUnitFile() unitFile {
-	return unitFile{installUnit, unitfile.File{Sections: []unitfile.Section{
+func installUnitFile(l layout) UnitFile {
+	return UnitFile{installUnit, unitfile.File{Sections: []unitfile.Section{
 		{Name: "Unit", Directives: []unitfile.Directive{
 			{Key: "Description", Value: "Install and check the binaries of the cluster's versions"},
 			{Key: "Documentation", Value: "https://github.com/kcompile/kcompile"},
@@ -163,7 +163,7 @@ func installUnitFile() unitFile {
 		{Name: "Service", Directives: []unitfile.Directive{
 			{Key: "Type", Value: "oneshot"},
 			{Key: "RemainAfterExit", Value: "yes"},
-			unitfile.Exec("ExecStart", "", installScript, installList),
+			unitfile.Exec("ExecStart", "", l.at(installScript), l.at(installList)),
 		}},
 		{Name: "Install", Directives: []unitfile.Directive{{Key: "WantedBy", Value: "multi-user.target"}}},
 	}}}

@@ -189,7 +189,7 @@ func TestInstallPreinstalled(t *testing.T) {
 // are checked.
 func TestComponentsRequireInstall(t *testing.T) {
 	c := compileExample(t, "ha-stacked")
-	for _, u := range nodeUnits(c, c.Nodes[0]) {
+	for _, u := range NodeUnits(c, c.Nodes[0], Options{}) {
 		if u.Name == installUnit {
 			continue
 		}

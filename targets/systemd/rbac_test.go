@@ -6,6 +6,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 
 	"github.com/kcompile/kcompile/compiler/pki"
+	"github.com/kcompile/kcompile/fixture"
 )
 
 // TestKubeletClientRBAC: the API server's kubelet client certificate
@@ -28,7 +29,7 @@ func TestKubeletClientRBAC(t *testing.T) {
 		t.Errorf("user %s is bound to %q, want exactly system:kubelet-api-admin", pki.APIServerKubeletClientUser, roles)
 	}
 	c := compileExample(t, "ha-stacked")
-	m, err := pki.Issue(c, testBundle(t))
+	m, err := pki.Issue(c, fixture.Bundle(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/kcompile/kcompile/fixture"
 )
 
 // TestUnitSecurity has systemd-analyze rate the exposure of every unit,
@@ -20,7 +22,7 @@ func TestUnitSecurity(t *testing.T) {
 	}
 	overall := regexp.MustCompile(`(?m)^→ Overall exposure level for (\S+): ([0-9.]+) (\S+)`)
 	update := os.Getenv("KCOMPILE_UPDATE") != ""
-	for _, name := range examples {
+	for _, name := range fixture.Examples() {
 		c := compileExample(t, name)
 		var b strings.Builder
 		b.WriteString("# systemd-analyze security --offline=true: node/unit exposure rating\n")
@@ -34,7 +36,7 @@ func TestUnitSecurity(t *testing.T) {
 				t.Fatal(err)
 			}
 			args := []string{"security", "--offline=true", "--root=" + root, "--no-pager"}
-			for _, u := range nodeUnits(c, cn.node) {
+			for _, u := range NodeUnits(c, cn.node, Options{}) {
 				if err := os.WriteFile(filepath.Join(dir, u.Name), render(t, u.Unit), 0o600); err != nil {
 					t.Fatal(err)
 				}

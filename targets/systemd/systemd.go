@@ -17,7 +17,7 @@ import (
 
 // nodeFiles adds every file of every node, and the cluster-wide PKI files,
 // to the tree.
-func nodeFiles(m *pki.Material, tree *targets.Tree, rc *renderCache) error {
+func nodeFiles(m *pki.Material, tree *targets.Tree, rc *renderCache, opts Options) error {
 	c := m.Cluster
 	pkiFiles, err := pki.Files(m)
 	if err != nil {
@@ -33,10 +33,11 @@ func nodeFiles(m *pki.Material, tree *targets.Tree, rc *renderCache) error {
 		}
 	}
 	for _, n := range c.Nodes {
+		l := opts.layout(n)
 		add := func(p string, data []byte, mode uint32) error {
 			return tree.Add(targets.NodePath(n.Name, p), data, fileMode(mode))
 		}
-		for _, u := range nodeUnits(c, n) {
+		for _, u := range nodeUnits(c, n, l) {
 			data, err := u.Unit.Render()
 			if err != nil {
 				return fmt.Errorf("kcompile bug: %s of node %s: %w", u.Name, n.Name, err)
@@ -62,17 +63,17 @@ func nodeFiles(m *pki.Material, tree *targets.Tree, rc *renderCache) error {
 		if err != nil {
 			return fmt.Errorf("%s: %w", n.Name, err)
 		}
-		if err := add(installList[1:], list, 0o644); err != nil {
+		if err := add(installList, list, 0o644); err != nil {
 			return err
 		}
-		if err := add(installScript[1:], []byte(installScriptText), 0o755); err != nil {
+		if err := add(installScript, []byte(installScriptText), 0o755); err != nil {
 			return err
 		}
 		configs := map[string]any{}
 		if n.RunsPods() {
-			configs[kubeletConfigPath] = kubeletConfig(c, n)
+			configs[kubeletConfigPath] = kubeletConfig(c, n, l)
 			if n.Runs(ir.ComponentKubeProxy) {
-				configs[kubeProxyConfigPath] = kubeProxyConfig(c)
+				configs[kubeProxyConfigPath] = kubeProxyConfig(c, l)
 			}
 			rp, rc, err := runtimeConfig(c)
 			if err != nil {
@@ -92,7 +93,7 @@ func nodeFiles(m *pki.Material, tree *targets.Tree, rc *renderCache) error {
 			}
 		}
 		if n.Runs(ir.ComponentAPIServer) {
-			configs[schedulerConfigPath] = schedulerConfig()
+			configs[schedulerConfigPath] = schedulerConfig(l)
 			if c.Security.Audit.Enabled {
 				configs[auditPolicyPath] = auditPolicy()
 			}
@@ -103,7 +104,7 @@ func nodeFiles(m *pki.Material, tree *targets.Tree, rc *renderCache) error {
 				return fmt.Errorf("%s on %s: %w", p, n.Name, err)
 			}
 			// Component configurations are for root only (CIS 4.1.9).
-			if err := add(p[1:], data, 0o600); err != nil {
+			if err := add(p, data, 0o600); err != nil {
 				return err
 			}
 		}
@@ -113,7 +114,7 @@ func nodeFiles(m *pki.Material, tree *targets.Tree, rc *renderCache) error {
 			if err != nil {
 				return err
 			}
-			if err := add(encryptionConfigPath[1:], data, 0o600); err != nil {
+			if err := add(encryptionConfigPath, data, 0o600); err != nil {
 				return err
 			}
 		}

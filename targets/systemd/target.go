@@ -2,6 +2,8 @@ package systemd
 
 import (
 	"fmt"
+	"net/netip"
+	"path"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -11,18 +13,58 @@ import (
 	"github.com/kcompile/kcompile/targets"
 )
 
-// Target is the systemd target.
-type Target struct{}
+// Options say where the tree will live, as kubeadm's certificates
+// directory does: the zero value is a tree laid on the nodes' own root
+// file systems. The simulator lays every node's files out in its work
+// directory and gives each node an address of its own by asking for it
+// here, so that no rendered unit is rewritten.
+type Options struct {
+	// Root is the directory a node's files live under (its root file
+	// system): every path to a file of the node's tree on a command line
+	// or in a configuration starts there. Nil: "/".
+	Root func(node string) string
+	// Loopback is the address a node's components bind their node-local
+	// listeners to (etcd's local client and metrics URLs, the
+	// controller-manager's and scheduler's secure ports, kube-proxy's
+	// metrics). Nil: 127.0.0.1 (::1 for an IPv6 node).
+	Loopback func(node string) netip.Addr
+	// ExtraArgs are appended to a component's command line on a node.
+	ExtraArgs func(node string, c ir.Component) []string
+}
 
-// Name is the target's name on the command line and under OUT.
-func (Target) Name() string { return "systemd" }
+// layout places one node's files and node-local listeners.
+type layout struct {
+	root      string
+	loopback  netip.Addr
+	extraArgs func(ir.Component) []string
+}
+
+func (o Options) layout(n ir.Node) layout {
+	l := layout{root: "/", loopback: netip.MustParseAddr("127.0.0.1"), extraArgs: func(ir.Component) []string { return nil }}
+	if n.Address().Is6() {
+		l.loopback = netip.IPv6Loopback()
+	}
+	if o.Root != nil {
+		l.root = o.Root(n.Name)
+	}
+	if o.Loopback != nil {
+		l.loopback = o.Loopback(n.Name)
+	}
+	if o.ExtraArgs != nil {
+		l.extraArgs = func(c ir.Component) []string { return o.ExtraArgs(n.Name, c) }
+	}
+	return l
+}
+
+// at is where a component finds the file of the node's tree at rel.
+func (l layout) at(rel string) string { return path.Join(l.root, rel) }
 
 // Build renders every node's root tree and the cluster tree, and verifies
-// them before returning.
-func (Target) Build(m *pki.Material) (*targets.Tree, error) {
+// them before returning. An error is a compiler bug: the spec was checked.
+func Build(m *pki.Material, opts Options) (*targets.Tree, error) {
 	tree := targets.NewTree()
 	rc := newRenderCache()
-	if err := nodeFiles(m, tree, rc); err != nil {
+	if err := nodeFiles(m, tree, rc, opts); err != nil {
 		return nil, err
 	}
 	if err := clusterFiles(m.Cluster, tree); err != nil {

@@ -4,21 +4,16 @@ import (
 	"bytes"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/kcompile/kcompile/compiler/ir"
 	"github.com/kcompile/kcompile/compiler/pki"
+	"github.com/kcompile/kcompile/fixture"
 	"github.com/kcompile/kcompile/targets"
 )
 
 func testMaterial(t testing.TB, c *ir.Cluster) *pki.Material {
 	t.Helper()
-	b, err := pki.New(bytes.NewReader(bytes.Repeat([]byte{7}, 32)), time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC),
-		pki.NewOptions{Algorithm: pki.ECDSAP256, CAValidity: 10 * 365 * 24 * time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := pki.Issue(c, b)
+	m, err := pki.Issue(c, fixture.Bundle(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -26,9 +21,9 @@ func testMaterial(t testing.TB, c *ir.Cluster) *pki.Material {
 }
 
 func TestNodeFilesVerify(t *testing.T) {
-	for _, name := range examples {
+	for _, name := range fixture.Examples() {
 		c := compileExample(t, name)
-		tree, err := Target{}.Build(testMaterial(t, c))
+		tree, err := Build(testMaterial(t, c), Options{})
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
@@ -52,7 +47,7 @@ func TestNodeFilesVerify(t *testing.T) {
 
 func TestVerifyCatchesInconsistency(t *testing.T) {
 	c := compileExample(t, "ha-stacked")
-	tree, err := Target{}.Build(testMaterial(t, c))
+	tree, err := Build(testMaterial(t, c), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,10 +8,17 @@ import (
 	"github.com/kcompile/kcompile/compiler/ir"
 )
 
-// unitFile is a unit and the file name it is installed under.
-type unitFile struct {
+// UnitFile is a unit and the file name it is installed under.
+type UnitFile struct {
 	Name string
 	Unit unitfile.File
+}
+
+// NodeUnits are the units of a node's components, in the order they start,
+// as the tree built with opts holds them: the simulator runs the
+// components from their command lines.
+func NodeUnits(c *ir.Cluster, n ir.Node, opts Options) []UnitFile {
+	return nodeUnits(c, n, opts.layout(n))
 }
 
 const unitDir = "etc/systemd/system/"
@@ -19,8 +26,9 @@ const unitDir = "etc/systemd/system/"
 // nodeUnits returns the systemd services of a node's components, in the
 // order they start: etcd before the API server, the runtime before the
 // kubelet.
-func nodeUnits(c *ir.Cluster, n ir.Node) []unitFile {
-	var out []unitFile
+func nodeUnits(c *ir.Cluster, n ir.Node, l layout) []UnitFile {
+	var out []UnitFile
+	args := func(comp ir.Component, compiled []string) []string { return append(compiled, l.extraArgs(comp)...) }
 	members := map[string]ir.EtcdMember{}
 	for _, m := range c.Etcd.Members {
 		members[m.Node] = m
@@ -28,43 +36,43 @@ func nodeUnits(c *ir.Cluster, n ir.Node) []unitFile {
 	const docs = "https://kubernetes.io/docs/reference/command-line-tools-reference/"
 	if m, ok := members[n.Name]; ok && n.Runs(ir.ComponentEtcd) {
 		u := service("etcd member "+m.Name, "https://etcd.io/docs/",
-			[]string{"network-online.target"}, nil, program("etcd"), etcdArgs(c, m))
+			[]string{"network-online.target"}, nil, program("etcd"), args(ir.ComponentEtcd, etcdArgs(c, m, l)))
 		withEtcdDataDir(&u)
 		// Root without DAC override could not enter the etcd user's
 		// data directory.
-		sandbox(&u, []string{"CAP_DAC_OVERRIDE"}, unitfile.Directive{Key: "ReadWritePaths", Value: etcdDataDir})
-		out = append(out, unitFile{"etcd.service", u})
+		sandbox(&u, []string{"CAP_DAC_OVERRIDE"}, unitfile.Directive{Key: "ReadWritePaths", Value: l.at(etcdDataDir)})
+		out = append(out, UnitFile{"etcd.service", u})
 	}
 	if n.Runs(ir.ComponentAPIServer) {
 		after := []string{"network-online.target"}
 		if n.Runs(ir.ComponentEtcd) {
 			after = append(after, "etcd.service")
 		}
-		apiserver := service("Kubernetes API server", docs+"kube-apiserver/", after, nil, program("kube-apiserver"), apiServerArgs(c, n))
+		apiserver := service("Kubernetes API server", docs+"kube-apiserver/", after, nil, program("kube-apiserver"), args(ir.ComponentAPIServer, apiServerArgs(c, n, l)))
 		// The audit log is the one place the API server writes.
 		sandbox(&apiserver, nil, unitfile.Directive{Key: "LogsDirectory", Value: auditLogDir}, unitfile.Directive{Key: "LogsDirectoryMode", Value: "0700"})
 		kcm := service("Kubernetes controller manager", docs+"kube-controller-manager/",
-			[]string{"kube-apiserver.service"}, nil, program("kube-controller-manager"), controllerManagerArgs(c))
+			[]string{"kube-apiserver.service"}, nil, program("kube-controller-manager"), args(ir.ComponentControllerManager, controllerManagerArgs(c, l)))
 		sandbox(&kcm, nil)
 		scheduler := service("Kubernetes scheduler", docs+"kube-scheduler/",
-			[]string{"kube-apiserver.service"}, nil, program("kube-scheduler"), schedulerArgs())
+			[]string{"kube-apiserver.service"}, nil, program("kube-scheduler"), args(ir.ComponentScheduler, schedulerArgs(l)))
 		sandbox(&scheduler, nil)
 		out = append(out,
-			unitFile{"kube-apiserver.service", apiserver},
-			unitFile{"kube-controller-manager.service", kcm},
-			unitFile{"kube-scheduler.service", scheduler},
+			UnitFile{"kube-apiserver.service", apiserver},
+			UnitFile{"kube-controller-manager.service", kcm},
+			UnitFile{"kube-scheduler.service", scheduler},
 		)
 	}
 	if n.RunsPods() {
-		runtime := runtimeUnit(c)
+		runtime := runtimeUnit(c, l)
 		out = append(out, runtime)
 		kubelet := service("Kubernetes node agent", docs+"kubelet/",
-			[]string{"network-online.target", runtime.Name}, []string{runtime.Name}, program("kubelet"), kubeletArgs(n))
-		out = append(out, unitFile{"kubelet.service", kubelet})
+			[]string{"network-online.target", runtime.Name}, []string{runtime.Name}, program("kubelet"), args(ir.ComponentKubelet, kubeletArgs(n, l)))
+		out = append(out, UnitFile{"kubelet.service", kubelet})
 		if n.Runs(ir.ComponentKubeProxy) {
-			out = append(out, unitFile{"kube-proxy.service", service("Kubernetes network proxy", docs+"kube-proxy/",
+			out = append(out, UnitFile{"kube-proxy.service", service("Kubernetes network proxy", docs+"kube-proxy/",
 				[]string{"network-online.target"}, nil, program("kube-proxy"),
-				[]string{flag("config", kubeProxyConfigPath), flag("hostname-override", n.Name)})})
+				args(ir.ComponentKubeProxy, []string{flag("config", l.at(kubeProxyConfigPath)), flag("hostname-override", n.Name)}))})
 		}
 	}
 	if len(out) == 0 {
@@ -73,7 +81,7 @@ func nodeUnits(c *ir.Cluster, n ir.Node) []unitFile {
 	for i := range out {
 		requireInstall(&out[i].Unit)
 	}
-	return append([]unitFile{installUnitFile()}, out...)
+	return append([]UnitFile{installUnitFile(l)}, out...)
 }
 
 // runtimeUnit is the container runtime's service. Its binaries come from
@@ -81,17 +89,17 @@ func nodeUnits(c *ir.Cluster, n ir.Node) []unitFile {
 // ours. It names its configuration, though it is the runtime's default,
 // so that the unit says what it reads (kcompile diff restarts it when
 // that changes).
-func runtimeUnit(c *ir.Cluster) unitFile {
+func runtimeUnit(c *ir.Cluster, l layout) UnitFile {
 	if c.Runtime.Engine == "cri-o" {
 		u := service("CRI-O container runtime", "https://cri-o.io/", []string{"network-online.target"}, nil,
-			program("crio"), []string{flag("config-dir", "/"+path.Dir(crioConfigPath))})
+			program("crio"), append([]string{flag("config-dir", l.at(path.Dir(crioConfigPath)))}, l.extraArgs(ir.ComponentRuntime)...))
 		withRuntimeLimits(&u)
-		return unitFile{"crio.service", u}
+		return UnitFile{"crio.service", u}
 	}
 	u := service("containerd container runtime", "https://containerd.io/", []string{"network-online.target", "local-fs.target"}, nil,
-		program("containerd"), []string{flag("config", "/"+containerdConfigPath)})
+		program("containerd"), append([]string{flag("config", l.at(containerdConfigPath))}, l.extraArgs(ir.ComponentRuntime)...))
 	withRuntimeLimits(&u)
-	return unitFile{"containerd.service", u}
+	return UnitFile{"containerd.service", u}
 }
 
 // withRuntimeLimits gives a runtime what its upstream unit does: its
@@ -112,11 +120,11 @@ func withRuntimeLimits(u *unitfile.File) {
 // mode CIS 1.1.11 and 1.1.12 ask for: an etcd system user, 0700. etcd
 // itself runs as root, because its keys stay root-owned (CIS 1.1.19).
 const (
-	etcdDataDir      = "/var/lib/etcd"
+	etcdDataDir      = "var/lib/etcd"
 	etcdSysusersPath = "etc/sysusers.d/kcompile-etcd.conf"
 	etcdTmpfilesPath = "etc/tmpfiles.d/kcompile-etcd.conf"
-	etcdSysusers     = "u etcd - \"etcd data\" " + etcdDataDir + "\n"
-	etcdTmpfiles     = "d " + etcdDataDir + " 0700 etcd etcd -\n"
+	etcdSysusers     = "u etcd - \"etcd data\" /" + etcdDataDir + "\n"
+	etcdTmpfiles     = "d /" + etcdDataDir + " 0700 etcd etcd -\n"
 )
 
 // sandbox confines a control-plane daemon: it reads its configuration

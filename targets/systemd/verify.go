@@ -11,13 +11,13 @@ import (
 	"github.com/containernetworking/cni/libcni"
 	apiserverv1 "k8s.io/apiserver/pkg/apis/apiserver/v1"
 	auditv1 "k8s.io/apiserver/pkg/apis/audit/v1"
-	"k8s.io/client-go/tools/clientcmd"
 	kubeproxyv1alpha1 "k8s.io/kube-proxy/config/v1alpha1"
 	schedulerv1 "k8s.io/kube-scheduler/config/v1"
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/kcompile/kcompile/compiler/ir"
+	"github.com/kcompile/kcompile/compiler/pki"
 	"github.com/kcompile/kcompile/targets"
 	"github.com/kcompile/kcompile/targets/unitfile"
 )
@@ -62,7 +62,7 @@ func verify(tree *targets.Tree, c *ir.Cluster, rc *renderCache) error {
 					flags[name] = append(flags[name], value)
 				}
 			}
-		case strings.HasSuffix(p, strings.TrimPrefix(kubeletConfigPath, "/")):
+		case strings.HasSuffix(p, kubeletConfigPath):
 			if err := rc.once(f.Data, func() error {
 				var cfg kubeletv1beta1.KubeletConfiguration
 				if err := strict(f.Data, &cfg); err != nil {
@@ -75,7 +75,7 @@ func verify(tree *targets.Tree, c *ir.Cluster, rc *renderCache) error {
 			}); err != nil {
 				fail(p, err)
 			}
-		case strings.HasSuffix(p, strings.TrimPrefix(kubeProxyConfigPath, "/")):
+		case strings.HasSuffix(p, kubeProxyConfigPath):
 			if err := rc.once(f.Data, func() error {
 				var cfg kubeproxyv1alpha1.KubeProxyConfiguration
 				if err := strict(f.Data, &cfg); err != nil {
@@ -86,17 +86,17 @@ func verify(tree *targets.Tree, c *ir.Cluster, rc *renderCache) error {
 			}); err != nil {
 				fail(p, err)
 			}
-		case strings.HasSuffix(p, strings.TrimPrefix(schedulerConfigPath, "/")):
+		case strings.HasSuffix(p, schedulerConfigPath):
 			var cfg schedulerv1.KubeSchedulerConfiguration
 			if err := strict(f.Data, &cfg); err != nil {
 				fail(p, err)
 			}
-		case strings.HasSuffix(p, strings.TrimPrefix(auditPolicyPath, "/")):
+		case strings.HasSuffix(p, auditPolicyPath):
 			var cfg auditv1.Policy
 			if err := strict(f.Data, &cfg); err != nil {
 				fail(p, err)
 			}
-		case strings.HasSuffix(p, strings.TrimPrefix(encryptionConfigPath, "/")):
+		case strings.HasSuffix(p, encryptionConfigPath):
 			var cfg apiserverv1.EncryptionConfiguration
 			if err := strict(f.Data, &cfg); err != nil {
 				fail(p, err)
@@ -122,7 +122,7 @@ func verify(tree *targets.Tree, c *ir.Cluster, rc *renderCache) error {
 		go func() {
 			defer wg.Done()
 			for i := range next {
-				_, loadErrs[i] = clientcmd.Load(kubeconfigs[i].Data)
+				_, loadErrs[i] = pki.LoadKubeconfig(kubeconfigs[i].Data)
 			}
 		}()
 	}

@@ -14,18 +14,11 @@ const (
 	CodeNoMAC  = "KC1402"
 )
 
-// Rule describes a diagnostic of this target, for the README's table.
-type Rule struct {
-	Code     string
-	Severity diag.Severity
-	Summary  string
-}
-
 // Rules lists the target's diagnostics.
-func Rules() []Rule {
-	return []Rule{
-		{CodeNoBoot, diag.Error, "the terraform target needs a boot section (Matchbox URL, kernel, initrds, arguments)"},
-		{CodeNoMAC, diag.Error, "the terraform target needs every node's MAC address, by which Matchbox selects its configuration"},
+func Rules() []diag.Rule {
+	return []diag.Rule{
+		{Code: CodeNoBoot, Severity: diag.Error, Family: "terraform target", Summary: "the terraform target needs a boot section (Matchbox URL, kernel, initrds, arguments)"},
+		{Code: CodeNoMAC, Severity: diag.Error, Family: "terraform target", Summary: "the terraform target needs every node's MAC address, by which Matchbox selects its configuration"},
 	}
 }
 

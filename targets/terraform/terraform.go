@@ -26,14 +26,7 @@ import (
 	"github.com/kcompile/kcompile/compiler/ir"
 	"github.com/kcompile/kcompile/compiler/pki"
 	"github.com/kcompile/kcompile/targets"
-	"github.com/kcompile/kcompile/targets/cloudinit"
 )
-
-// Target is the terraform target.
-type Target struct{}
-
-// Name is the target's name on the command line and under OUT.
-func (Target) Name() string { return "terraform" }
 
 // StateDir is where the module keeps its state, relative to the module:
 // beside it, so that building the module again never touches the state.
@@ -54,16 +47,19 @@ var nodeFiles = []struct{ file, key string }{
 	{"network-config", "network_config"},
 }
 
-// Build renders the module. The spec must have passed Check.
-func (Target) Build(m *pki.Material) (*targets.Tree, error) {
+// Build renders the module around ci, the cloud-init tree built from m.
+// The diagnostics are the target's own checks (Check); with an error
+// among them there is no tree. An error is a compiler bug.
+func Build(m *pki.Material, ci *targets.Tree) (*targets.Tree, diag.List, error) {
 	c := m.Cluster
 	if diags := Check(c); diags.HasErrors() {
-		return nil, fmt.Errorf("kcompile bug: terraform target built from a spec that fails its checks: %s", diags[0].Message)
+		return nil, diags, nil
 	}
-	ci, err := cloudinit.Target{}.Build(m)
-	if err != nil {
-		return nil, err
-	}
+	tree, err := module(c, ci)
+	return tree, nil, err
+}
+
+func module(c *ir.Cluster, ci *targets.Tree) (*targets.Tree, error) {
 	out := targets.NewTree()
 	for _, n := range c.Nodes {
 		for _, f := range nodeFiles {

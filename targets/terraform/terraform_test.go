@@ -10,7 +10,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kcompile/kcompile/compiler"
+	"github.com/kcompile/kcompile/compiler/diag"
+	"github.com/kcompile/kcompile/fixture"
+	"github.com/kcompile/kcompile/targets/systemd"
+
 	"github.com/kcompile/kcompile/compiler/pki"
 	"github.com/kcompile/kcompile/review"
 	"github.com/kcompile/kcompile/targets"
@@ -30,37 +33,40 @@ boot: {
 }
 `
 
-// compile compiles an example, with extra CUE appended in a file of its
-// own when given.
+// compile compiles an example, with extra CUE in a file of its own when
+// given, and issues its PKI with the test bundle.
 func compile(t *testing.T, name, extra string) *pki.Material {
 	t.Helper()
-	dir := "../../examples/" + name
+	var files map[string]string
 	if extra != "" {
-		dir = t.TempDir()
-		if err := os.CopyFS(dir, os.DirFS("../../examples/"+name)); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, "zz_extra.cue"), []byte("package cluster\n"+extra), 0o644); err != nil {
-			t.Fatal(err)
-		}
+		files = map[string]string{"zz_extra.cue": "package cluster\n" + extra}
 	}
-	c, diags := compiler.Compile(compiler.Source{Dir: dir})
-	if c == nil {
-		t.Fatalf("%s: %v", name, diags)
-	}
-	data, err := os.ReadFile("../../testdata/test-secrets.json")
+	return fixture.Material(t, name, files)
+}
+
+// build builds the module as the pipeline does: systemd, cloud-init,
+// then the module around it; it returns the module and its diagnostics.
+func build(t *testing.T, m *pki.Material) (*targets.Tree, diag.List) {
+	t.Helper()
+	tree, diags, err := Build(m, cloudInit(t, m))
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := pki.Parse(data)
+	return tree, diags
+}
+
+// cloudInit is the cloud-init tree the module serves.
+func cloudInit(t *testing.T, m *pki.Material) *targets.Tree {
+	t.Helper()
+	sd, err := systemd.Build(m, systemd.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := pki.Issue(c, b)
+	ci, _, err := cloudinit.Build(m, sd)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return m
+	return ci
 }
 
 // console evaluates expr with tofu console in dir and decodes the JSON
@@ -132,10 +138,7 @@ func tofu(t *testing.T, dir string, env []string, stdin string, args ...string) 
 func TestModuleValidates(t *testing.T) {
 	env := tofuEnv(t)
 	for _, m := range []*pki.Material{compile(t, "ha-stacked", ""), compile(t, "external-etcd", externalBoot)} {
-		tree, err := Target{}.Build(m)
-		if err != nil {
-			t.Fatal(err)
-		}
+		tree, _ := build(t, m)
 		dir := filepath.Join(t.TempDir(), "terraform")
 		if _, err := targets.Write(dir, tree, targets.WriteOptions{}); err != nil {
 			t.Fatal(err)
@@ -153,10 +156,7 @@ func TestModuleValidates(t *testing.T) {
 // the seed argument.
 func TestModuleValues(t *testing.T) {
 	m := compile(t, "external-etcd", externalBoot)
-	tree, err := Target{}.Build(m)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tree, _ := build(t, m)
 	dir := filepath.Join(t.TempDir(), "terraform")
 	if _, err := targets.Write(dir, tree, targets.WriteOptions{}); err != nil {
 		t.Fatal(err)
@@ -240,14 +240,8 @@ func TestQuoteRoundTrip(t *testing.T) {
 // cloudinit target builds, and keeps it private.
 func TestNodeFilesAreTheCloudInitTarget(t *testing.T) {
 	m := compile(t, "ha-stacked", "")
-	tree, err := Target{}.Build(m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ci, err := cloudinit.Target{}.Build(m)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tree, _ := build(t, m)
+	ci := cloudInit(t, m)
 	n := 0
 	for _, f := range tree.Files() {
 		if !strings.HasPrefix(f.Path, "nodes/") {
@@ -285,8 +279,8 @@ func TestCheck(t *testing.T) {
 	if d := Check(c); len(d) != 0 {
 		t.Errorf("a complete spec: %v", d)
 	}
-	if _, err := (Target{}).Build(compile(t, "single-node", "")); err == nil {
-		t.Error("Build accepted a spec without boot")
+	if tree, diags := build(t, compile(t, "single-node", "")); tree != nil || !diags.HasErrors() {
+		t.Error("Build built a module for a spec without boot")
 	}
 }
 
@@ -294,10 +288,7 @@ func TestCheck(t *testing.T) {
 // files are the cloudinit target's goldens) with golden/ha-stacked/terraform.
 func TestGolden(t *testing.T) {
 	update := os.Getenv("KCOMPILE_UPDATE") != ""
-	tree, err := Target{}.Build(compile(t, "ha-stacked", ""))
-	if err != nil {
-		t.Fatal(err)
-	}
+	tree, _ := build(t, compile(t, "ha-stacked", ""))
 	module := targets.NewTree()
 	for _, f := range tree.Files() {
 		if !strings.HasPrefix(f.Path, "nodes/") {
@@ -306,7 +297,7 @@ func TestGolden(t *testing.T) {
 			}
 		}
 	}
-	d, err := review.Golden("../../golden/ha-stacked/terraform", module, update)
+	d, err := review.Golden(fixture.Path("golden/ha-stacked/terraform"), module, update)
 	if err != nil {
 		t.Fatal(err)
 	}

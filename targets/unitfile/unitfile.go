@@ -167,7 +167,10 @@ func QuoteArg(arg string) (string, error) {
 	if !utf8.ValidString(arg) {
 		return "", fmt.Errorf("argument %s is not UTF-8", strconv.Quote(arg))
 	}
-	s := strings.NewReplacer("%", "%%", "$", "$$").Replace(arg)
+	s := arg
+	if strings.ContainsAny(s, "%$") {
+		s = strings.ReplaceAll(strings.ReplaceAll(s, "%", "%%"), "$", "$$")
+	}
 	plain := s != "" && s != ";" && !strings.ContainsFunc(s, func(r rune) bool {
 		return r <= ' ' || r == 0x7f || r == '"' || r == '\'' || r == '\\'
 	})

@@ -1,0 +1,91 @@
+package pipeline
+
+import (
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"regexp"
+	"runtime"
+	"strings"
+
+	"github.com/kcompile/kcompile/compiler/diag"
+	"github.com/kcompile/kcompile/compiler/pki"
+)
+
+// LoadBundle reads a secrets bundle. A bundle that is there but cannot be
+// used (open to other users, damaged) is reported as a diagnostic at its
+// file; one that cannot be opened (missing: fs.ErrNotExist) as an error.
+// Neither ever quotes key material.
+func LoadBundle(file string) (*pki.Bundle, diag.List, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer f.Close()
+	at := []diag.Pos{{File: file}}
+	// The mode of the file read, not of the path, which could be replaced
+	// between a stat and an open.
+	info, err := f.Stat()
+	if err != nil {
+		return nil, nil, err
+	}
+	if msg, ok := exposedBundle(file, info.Mode()); ok {
+		return nil, diag.List{{Code: pki.CodeBundleMode, Severity: pki.Severity(pki.CodeBundleMode), Message: msg, Positions: at,
+			Hint: "the bundle holds every private key of the cluster: like ssh with its keys, kcompile reads it only when no other user can"}}, nil
+	}
+	// A bundle is a few kilobytes; a path to something endless (a
+	// device, a pipe) must not hang or exhaust the command.
+	const maxBundle = 1 << 20
+	data, err := io.ReadAll(io.LimitReader(f, maxBundle+1))
+	if err != nil {
+		return nil, nil, fmt.Errorf("reading %s: %w", file, err)
+	}
+	if len(data) > maxBundle {
+		err = fmt.Errorf("not a kcompile secrets bundle: larger than %d bytes", maxBundle)
+	}
+	var b *pki.Bundle
+	if err == nil {
+		b, err = pki.Parse(data)
+	}
+	if err != nil {
+		return nil, diag.List{{Code: pki.CodeBundleMalformed, Severity: pki.Severity(pki.CodeBundleMalformed), Message: err.Error(), Positions: at,
+			Hint: "a bundle is written by `kcompile secrets init` and changed only by `kcompile pki renew`; restore it from a backup, or create a new one (new CAs: rebuild and redeploy every node)"}}, nil
+	}
+	b.Source = file
+	return b, nil, nil
+}
+
+// exposedBundle says what is wrong with a bundle file that users other
+// than its owner may read or change, and the chmod that fixes it.
+func exposedBundle(file string, mode fs.FileMode) (string, bool) {
+	perm := mode.Perm()
+	// Windows has no such modes; Go makes them up from the read-only
+	// attribute.
+	if runtime.GOOS == "windows" || perm&0o077 == 0 {
+		return "", false
+	}
+	who := "open to its group or others"
+	switch {
+	case perm&0o004 != 0:
+		who = "readable by others"
+	case perm&0o040 != 0:
+		who = "readable by its group"
+	case perm&0o022 != 0:
+		who = "writable by its group or others"
+	}
+	return fmt.Sprintf("%s is %s (mode %04o); run: chmod 600 %s", file, who, perm, shellQuote(file)), true
+}
+
+// shellQuote makes a path safe to paste into a shell.
+func shellQuote(s string) string {
+	if safePath.MatchString(s) {
+		if strings.HasPrefix(s, "-") {
+			return "./" + s
+		}
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+var safePath = regexp.MustCompile(`^[A-Za-z0-9_./+,:@=-]+$`)

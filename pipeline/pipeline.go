@@ -1,0 +1,183 @@
+// Package pipeline strings kcompile's stages together: compile the spec,
+// check it against the secrets bundle, issue the PKI, build the requested
+// targets (each tree once, each target wrapping the tree it is given) and
+// return the trees with every diagnostic. It prints nothing and reads no
+// clock: the CLI and the runtimes call it and print what it returns, as
+// Butane's Translate does.
+package pipeline
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/kcompile/kcompile/compiler"
+	"github.com/kcompile/kcompile/compiler/diag"
+	"github.com/kcompile/kcompile/compiler/ir"
+	"github.com/kcompile/kcompile/compiler/pki"
+	"github.com/kcompile/kcompile/targets"
+	"github.com/kcompile/kcompile/targets/cloudinit"
+	"github.com/kcompile/kcompile/targets/systemd"
+	"github.com/kcompile/kcompile/targets/terraform"
+)
+
+// Target names a tree the pipeline can build.
+type Target string
+
+// The targets, in the order one wraps the other.
+const (
+	// Systemd is every node's root tree and the cluster tree.
+	Systemd Target = "systemd"
+	// CloudInit packs the systemd trees into each node's cloud-init.
+	CloudInit Target = "cloudinit"
+	// Terraform is a module serving the cloud-init trees through Matchbox.
+	Terraform Target = "terraform"
+	// PKI is the issued certificates, keys and kubeconfigs alone.
+	PKI Target = "pki"
+)
+
+// Targets lists every target, for the command line.
+func Targets() []Target { return []Target{Systemd, CloudInit, Terraform, PKI} }
+
+// needs is what a target is built from.
+func (t Target) needs() []Target {
+	switch t {
+	case CloudInit:
+		return []Target{Systemd}
+	case Terraform:
+		return []Target{Systemd, CloudInit}
+	}
+	return nil
+}
+
+// Input is one run of the pipeline.
+type Input struct {
+	Source compiler.Source
+	// Bundle is the secrets bundle; without it the spec is only checked.
+	Bundle *pki.Bundle
+	// Now is the caller's clock, which the bundle's checks compare the
+	// CAs' validity with.
+	Now time.Time
+	// Issue issues the PKI even when no target is asked for (kcompile
+	// pki).
+	Issue bool
+	// Targets are the trees to build.
+	Targets []Target
+	// Systemd says where the systemd tree will live.
+	Systemd systemd.Options
+}
+
+// Output is what a run produced. With an error among the diagnostics
+// there are no trees.
+type Output struct {
+	Cluster     *ir.Cluster
+	Material    *pki.Material
+	Trees       map[Target]*targets.Tree
+	Diagnostics diag.List
+	// Sizes are every node's user-data size, when cloud-init was built.
+	Sizes []cloudinit.NodeSize
+}
+
+// Run compiles, checks, issues and builds. Diagnostics are about the
+// spec and the bundle; an error is a compiler bug (an issued or built
+// artifact that does not verify).
+func Run(in Input) (*Output, error) {
+	out := &Output{Trees: map[Target]*targets.Tree{}}
+	c, diags := compiler.Compile(in.Source)
+	if c == nil {
+		out.Diagnostics = diags
+		return out, nil
+	}
+	out.Cluster = c
+	diags = append(diags, pki.Check(c, in.Bundle, in.Now)...)
+	if diags.HasErrors() || in.Bundle == nil || !in.Issue && len(in.Targets) == 0 {
+		out.Diagnostics = diags.Sorted()
+		return out, nil
+	}
+	m, err := pki.Issue(c, in.Bundle)
+	if err != nil {
+		return nil, fmt.Errorf("kcompile bug: %w", err)
+	}
+	out.Material = m
+	want := map[Target]bool{}
+	for _, t := range in.Targets {
+		want[t] = true
+		for _, n := range t.needs() {
+			want[n] = true
+		}
+	}
+	for _, t := range Targets() {
+		if !want[t] {
+			continue
+		}
+		tree, d, err := build(t, m, out.Trees, in.Systemd)
+		if err != nil {
+			return nil, fmt.Errorf("kcompile bug: the %s target: %w", t, err)
+		}
+		diags = append(diags, d...)
+		if t == CloudInit && tree != nil {
+			out.Sizes = cloudinit.Sizes(c, tree)
+		}
+		if tree == nil || d.HasErrors() {
+			break
+		}
+		out.Trees[t] = tree
+	}
+	out.Diagnostics = diags.Sorted()
+	if out.Diagnostics.HasErrors() {
+		out.Trees = map[Target]*targets.Tree{}
+		return out, nil
+	}
+	// Only what was asked for: the trees it was built from served it.
+	for t := range out.Trees {
+		if !slices.Contains(in.Targets, t) {
+			delete(out.Trees, t)
+		}
+	}
+	return out, nil
+}
+
+// build builds one target from the trees built before it.
+func build(t Target, m *pki.Material, built map[Target]*targets.Tree, opts systemd.Options) (*targets.Tree, diag.List, error) {
+	switch t {
+	case Systemd:
+		tree, err := systemd.Build(m, opts)
+		return tree, nil, err
+	case CloudInit:
+		return cloudinit.Build(m, built[Systemd])
+	case Terraform:
+		return terraform.Build(m, built[CloudInit])
+	}
+	tree, err := pkiTree(m)
+	return tree, nil, err
+}
+
+// pkiTree lays the issued PKI out as a tree of its own.
+func pkiTree(m *pki.Material) (*targets.Tree, error) {
+	files, err := pki.Files(m)
+	if err != nil {
+		return nil, err
+	}
+	tree := targets.NewTree()
+	for _, f := range files {
+		p := targets.ClusterPath(f.Path)
+		if f.Node != "" {
+			p = targets.NodePath(f.Node, f.Path)
+		}
+		if err := tree.Add(p, f.Data, f.Mode); err != nil {
+			return nil, err
+		}
+	}
+	return tree, nil
+}
+
+// Rules lists every diagnostic kcompile can report: the compiler's, the
+// PKI's and the targets', in code order within each.
+func Rules() []diag.Rule {
+	var out []diag.Rule
+	out = append(out, compiler.Rules()...)
+	out = append(out, pki.Rules()...)
+	out = append(out, cloudinit.Rules()...)
+	out = append(out, terraform.Rules()...)
+	return out
+}

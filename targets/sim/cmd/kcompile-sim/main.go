@@ -1,0 +1,228 @@
+// Command kcompile-sim runs a compiled cluster in one process: real etcd
+// and control plane, simulated kubelets (see package sim). It is a binary
+// of its own because it links all of Kubernetes; `kcompile sim ARGS` runs
+// it with the same arguments. Like kcompile, this package is the only one
+// of its module that reads the clock and the environment and prints
+// diagnostics.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/alecthomas/kong"
+
+	"github.com/kcompile/kcompile/compiler"
+	"github.com/kcompile/kcompile/compiler/diag"
+	"github.com/kcompile/kcompile/compiler/ir"
+	"github.com/kcompile/kcompile/compiler/pki"
+	"github.com/kcompile/kcompile/pipeline"
+	"github.com/kcompile/kcompile/targets/sim"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// Exit statuses, as kcompile's.
+const (
+	exitOK       = 0
+	exitProblems = 1
+	exitUsage    = 2
+)
+
+// cli is the grammar of `kcompile sim`.
+type cli struct {
+	Dir      string        `arg:"" optional:"" default:"." help:"Spec directory (a CUE package)."`
+	Secrets  string        `short:"s" default:"secrets.json" help:"Secrets bundle (see kcompile secrets init)."`
+	Workdir  string        `placeholder:"DIR" help:"Directory for the node trees, etcd data, admin.kubeconfig and sim.log; it must be empty. Default: a new temporary directory."`
+	Until    string        `enum:",ready" default:"" help:"Exit once the cluster reaches this state (ready: every node Ready) instead of running until interrupted."`
+	Timeout  time.Duration `default:"10m" help:"How long the cluster may take to become ready."`
+	Scenario string        `type:"existingfile" placeholder:"FILE" help:"Play a CUE scenario (steps and expectations) once the cluster is ready, print a pass/fail report and exit: 1 when an expectation fails."`
+}
+
+// exitCode carries kong's exit status out of its Exit hook.
+type exitCode int
+
+func run(args []string, stdout, stderr io.Writer) (code int) {
+	var c cli
+	parser, err := kong.New(&c,
+		kong.Name("kcompile sim"),
+		kong.Description("Run the compiled cluster in this process: real etcd and control plane, simulated kubelets."),
+		kong.Writers(stdout, stderr),
+		kong.UsageOnError(),
+		kong.Exit(func(code int) { panic(exitCode(code)) }),
+		kong.ConfigureHelp(kong.HelpOptions{Compact: true}),
+	)
+	if err != nil {
+		fmt.Fprintln(stderr, "kcompile sim: internal error:", err)
+		return exitUsage
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			e, ok := r.(exitCode)
+			if !ok {
+				panic(r)
+			}
+			code = exitOK
+			if e != exitOK {
+				code = exitUsage
+			}
+		}
+	}()
+	if _, err := parser.Parse(args); err != nil {
+		fmt.Fprintf(stderr, "kcompile sim: error: %v\n", err)
+		return exitUsage
+	}
+	now, err := clock()
+	if err != nil {
+		fmt.Fprintln(stderr, "kcompile sim:", err)
+		return exitUsage
+	}
+	cwd, _ := os.Getwd()
+	code, msg := c.run(now, cwd, stdout, stderr)
+	if msg != "" {
+		fmt.Fprintln(stderr, "kcompile sim:", msg)
+	}
+	return code
+}
+
+// clock reads the time once; SOURCE_DATE_EPOCH replaces it, as in
+// kcompile.
+func clock() (time.Time, error) {
+	if s, ok := os.LookupEnv("SOURCE_DATE_EPOCH"); ok {
+		secs, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return time.Time{}, fmt.Errorf("SOURCE_DATE_EPOCH=%q is not a number of seconds", s)
+		}
+		return time.Unix(secs, 0).UTC(), nil
+	}
+	return time.Now().UTC(), nil
+}
+
+// run compiles the spec, checks it with the bundle and the scenario, and
+// runs the simulation; it returns the exit status and what to say.
+func (c *cli) run(now time.Time, cwd string, stdout, stderr io.Writer) (int, string) {
+	printed := func(diags diag.List, msg string) (int, string) {
+		if err := diags.Relative(cwd).WriteText(stderr); err != nil {
+			return exitProblems, err.Error()
+		}
+		return exitProblems, msg
+	}
+	b, diags, err := pipeline.LoadBundle(c.Secrets)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return exitProblems, fmt.Sprintf("secrets bundle %s does not exist; create one with `kcompile secrets init -o %s`", c.Secrets, c.Secrets)
+	case err != nil:
+		return exitProblems, err.Error()
+	case diags.HasErrors():
+		return printed(diags, "cannot use the secrets bundle "+c.Secrets)
+	}
+	out, err := pipeline.Run(pipeline.Input{Source: compiler.Source{Dir: c.Dir}, Bundle: b, Now: now})
+	if err != nil {
+		return exitProblems, err.Error()
+	}
+	if out.Diagnostics.HasErrors() {
+		msg := "the spec and the secrets bundle do not fit together"
+		if out.Cluster == nil {
+			msg = "the spec has errors; `kcompile check` explains them"
+		}
+		return printed(out.Diagnostics, msg)
+	}
+	// The scenario is checked against the compiled cluster before
+	// anything starts: a misspelt node costs no boot.
+	var scenario *ir.Scenario
+	if c.Scenario != "" {
+		var diags diag.List
+		if scenario, diags = compiler.LoadScenario(c.Scenario, out.Cluster); scenario == nil {
+			return printed(diags, "the scenario has errors")
+		}
+	}
+	if err := c.simulate(out.Cluster, scenario, b, stdout); err != nil {
+		return exitProblems, err.Error()
+	}
+	return exitOK, ""
+}
+
+// freeBlock finds a block of the loopback network no other simulation
+// uses: the first whose API endpoint can be listened on.
+func freeBlock(port int) (int, error) {
+	for b := 1; b <= sim.MaxBlock; b++ {
+		l, err := net.Listen("tcp", net.JoinHostPort(sim.EndpointAddr(b).String(), strconv.Itoa(port)))
+		if err == nil {
+			l.Close()
+			return b, nil
+		}
+	}
+	return 0, fmt.Errorf("every block of 127.1.0.0-127.%d.0.0 is taken by another simulation", sim.MaxBlock)
+}
+
+func (c *cli) simulate(cl *ir.Cluster, scenario *ir.Scenario, b *pki.Bundle, stdout io.Writer) error {
+	work := c.Workdir
+	var err error
+	if work == "" {
+		if work, err = os.MkdirTemp("", "kcompile-sim-"); err != nil {
+			return err
+		}
+	} else if err := os.MkdirAll(work, 0o700); err != nil {
+		return err
+	}
+	// The components log through klog; their log goes to the workdir,
+	// the terminal gets the phases.
+	logFile, err := os.OpenFile(filepath.Join(work, "sim.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	defer logFile.Close()
+	if err := sim.LogTo(logFile); err != nil {
+		return err
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	fmt.Fprintf(stdout, "workdir %s\n", work)
+	block, err := freeBlock(cl.Endpoint.Port)
+	if err != nil {
+		return err
+	}
+	s, err := sim.Start(ctx, cl, b, sim.Options{WorkDir: work, Progress: stdout, Block: block})
+	if err != nil {
+		return err
+	}
+	defer s.Stop()
+	if err := s.WaitReady(ctx, c.Timeout); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "kubectl --kubeconfig %s get nodes\n", filepath.Join(work, sim.AdminKubeconfig))
+	if scenario != nil {
+		// The name is the scenario's text: escaped and cut for a terminal.
+		name := diag.Printable(scenario.Name, 200)
+		fmt.Fprintf(stdout, "scenario %s\n", name)
+		ok, err := s.Run(ctx, scenario, stdout)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return fmt.Errorf("scenario %s failed", name)
+		}
+		fmt.Fprintf(stdout, "scenario %s passed\n", name)
+		return nil
+	}
+	if c.Until == "ready" {
+		return nil
+	}
+	fmt.Fprintln(stdout, "running; interrupt to stop")
+	<-ctx.Done()
+	fmt.Fprintln(stdout, "stopping")
+	return nil
+}
