@@ -9,12 +9,14 @@ import (
 const (
 	CodeDockerEngine = "KC0701"
 	CodeCgroupDriver = "KC0702"
+	CodeOOMScoreAdj  = "KC0703"
 )
 
 func runtimeFamily() family {
 	return family{name: "runtime", check: checkRuntime, rules: []diag.Rule{
 		rule(CodeDockerEngine, diag.Error, "Docker Engine is not a CRI runtime from Kubernetes 1.24 on"),
 		rule(CodeCgroupDriver, diag.Error, "the kubelet's and the runtime's cgroup drivers differ"),
+		rule(CodeOOMScoreAdj, diag.Error, "restrictOOMScoreAdj is set for a runtime other than containerd, which has no such setting"),
 	}}
 }
 
@@ -30,5 +32,11 @@ func checkRuntime(m *model) {
 		at, more := m.conflict("kubelet.cgroupDriver", "runtime.cgroupDriver")
 		m.report(CodeCgroupDriver, at, fmt.Sprintf("kubelet uses the %s cgroup driver but %s uses %s", m.spec.Kubelet.CgroupDriver, r.Engine, r.CgroupDriver),
 			"two cgroup managers on one node make it unstable under pressure: use the same driver (systemd on systemd hosts)", more...)
+	}
+	// CRI-O has no such setting: the spec would ask for what no file
+	// of the tree can say.
+	if r.RestrictOOMScoreAdj && r.Engine != "containerd" {
+		m.report(CodeOOMScoreAdj, "runtime.restrictOOMScoreAdj", fmt.Sprintf("restrictOOMScoreAdj is containerd's setting; %s has none", r.Engine),
+			`remove restrictOOMScoreAdj, or use engine "containerd"`)
 	}
 }

@@ -343,6 +343,10 @@ workers: pools: w: {count: 23, firstAddress: "10.0.1.1"}`,
 			pass: haNet + `kubelet: cgroupDriver: "systemd"`,
 			fail: haNet + `kubelet: cgroupDriver: "cgroupfs"`,
 			path: "kubelet.cgroupDriver", pos: "14:24"},
+		{code: CodeOOMScoreAdj, // CRI-O has no restrict_oom_score_adj
+			pass: haNet + `runtime: restrictOOMScoreAdj: true`,
+			fail: haNet + `runtime: {engine: "cri-o", restrictOOMScoreAdj: true}`,
+			path: "runtime.restrictOOMScoreAdj", pos: "14:49"},
 
 		// CNI and kube-proxy
 		{code: CodeFlannelPolicy, // flannel is the default plugin
@@ -669,6 +673,18 @@ func valueCases() []checkCase {
 			pass: storage + `storage: classes: c: {driver: "d.example.com", default: true, parameters: pool: "rbd"}`,
 			fail: storage + `storage: classes: c: {driver: "d.example.com", default: true, parameters: "": "rbd"}`,
 			path: `storage.classes.c.parameters.""`, pos: "10:75"},
+		{code: CodeRegistryHost, // an image naming "registry/x" is pulled from docker.io
+			pass: one + `runtime: mirrors: "registry.example.com:5000": ["https://mirror.example.com"]`,
+			fail: one + `runtime: mirrors: registry: ["https://mirror.example.com"]`,
+			path: "runtime.mirrors.registry", pos: "9:19"},
+		{code: CodeMirrorURL, // containerd and CRI-O read a path differently
+			pass: one + `runtime: mirrors: "registry.k8s.io": ["https://mirror.example.com:5000", "http://10.0.0.5"]`,
+			fail: one + `runtime: mirrors: "registry.k8s.io": ["https://mirror.example.com:5000", "http://10.0.0.5/k8s"]`,
+			path: `runtime.mirrors."registry.k8s.io"[1]`, pos: "9:74"},
+		{code: CodeMirrorURL, // tried in order: twice is a mistake
+			pass: one + `runtime: mirrors: "docker.io": ["https://a.example.com", "https://b.example.com"]`,
+			fail: one + `runtime: mirrors: "docker.io": ["https://a.example.com", "https://a.example.com"]`,
+			path: `runtime.mirrors."docker.io"[1]`, pos: "9:58"},
 		{code: CodeMAC,
 			pass: strings.Replace(one, `address: "10.0.0.11"`, `{address: "10.0.0.11", mac: "52:54:00:00:00:11"}`, 1),
 			fail: strings.Replace(one, `address: "10.0.0.11"`, `{address: "10.0.0.11", mac: "01:00:5e:00:00:11"}`, 1),

@@ -3,9 +3,11 @@ package compiler
 import (
 	"fmt"
 	"net"
+	"net/netip"
 	"net/url"
 	"path"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/distribution/reference"
@@ -39,6 +41,8 @@ const (
 	CodeAdmission      = "KC1612"
 	CodeParameters     = "KC1613"
 	CodeMAC            = "KC1614"
+	CodeRegistryHost   = "KC1615"
+	CodeMirrorURL      = "KC1616"
 )
 
 func valuesFamily() family {
@@ -57,6 +61,8 @@ func valuesFamily() family {
 		rule(CodeAdmission, diag.Error, "an admission plugin is not one kube-apiserver knows"),
 		rule(CodeParameters, diag.Error, "StorageClass parameters break the API server's limits (at most 512, non-empty keys, 256 KiB in all)"),
 		rule(CodeMAC, diag.Error, "a MAC address is all-zero, broadcast or multicast: no machine's interface has it"),
+		rule(CodeRegistryHost, diag.Error, "a registry of runtime.mirrors is not a registry host as image references name it (host or IP address, optionally :port)"),
+		rule(CodeMirrorURL, diag.Error, "a registry mirror is not an http(s) URL of a host and optional port, or a registry's mirror list is empty or repeats one"),
 	}}
 }
 
@@ -173,6 +179,8 @@ func stringFields() []stringField {
 		{pattern: "runtime.engine", checkedBy: "schema", sample: `runtime: engine: %s`},
 		{pattern: "runtime.version", checkedBy: "schema", sample: `runtime: version: %s`},
 		{pattern: "runtime.cgroupDriver", checkedBy: "schema", sample: `runtime: cgroupDriver: %s`},
+		{pattern: "runtime.mirrors.*:key", checkedBy: CodeRegistryHost, sample: `runtime: mirrors: %s: ["https://mirror.example.com"]`},
+		{pattern: "runtime.mirrors.*[]", checkedBy: CodeMirrorURL, sample: `runtime: mirrors: "registry.k8s.io": [%s]`},
 		{pattern: "kubelet.cgroupDriver", checkedBy: "schema", sample: `kubelet: cgroupDriver: %s`},
 		{pattern: "pki.keyAlgorithm", checkedBy: "schema", sample: `pki: keyAlgorithm: %s`},
 		{pattern: "pki.caValidity", checkedBy: "schema", sample: `pki: caValidity: %s`},
@@ -270,6 +278,7 @@ func checkValues(m *model) {
 	checkUsers(m)
 	checkInstallValues(m)
 	checkBootValues(m)
+	checkMirrors(m)
 	for i, p := range s.Security.Admission.Plugins {
 		if !slices.Contains(admissionPlugins(), p) {
 			m.report(CodeAdmission, fmt.Sprintf("security.admission.plugins[%d]", i),
@@ -592,6 +601,86 @@ func checkBootValues(m *model) {
 		}
 	}
 }
+
+// checkMirrors holds registry mirrors to what both runtimes read the
+// same way: containerd names a registry's directory and CRI-O its prefix
+// after the host images name, and each takes a mirror's scheme, host and
+// port (a path means a prefix of every request to containerd and a
+// namespace to CRI-O, so none is accepted).
+func checkMirrors(m *model) {
+	for _, host := range sortedKeys(m.spec.Runtime.Mirrors) {
+		path := "runtime.mirrors." + quoteLabel(host)
+		if problem := registryHostProblem(host); problem != "" {
+			m.reportKey(CodeRegistryHost, path, fmt.Sprintf("registry %s: %s", diag.Quote(host), problem),
+				`write the registry's host as image references name it, such as "registry.k8s.io", "docker.io" or "registry.example.com:5000"`)
+		}
+		endpoints := m.spec.Runtime.Mirrors[host]
+		if len(endpoints) == 0 {
+			m.report(CodeMirrorURL, path, fmt.Sprintf("registry %s has no mirror", diag.Quote(host)), "list its mirrors, or remove the registry")
+		}
+		for i, e := range endpoints {
+			problem := mirrorURLProblem(e)
+			if problem == "" && slices.Index(endpoints, e) < i {
+				problem = "it is listed twice"
+			}
+			if problem != "" {
+				m.report(CodeMirrorURL, fmt.Sprintf("%s[%d]", path, i), fmt.Sprintf("mirror %s of %s: %s", diag.Quote(e), diag.Quote(host), problem),
+					`write the mirror's scheme, host and port only, such as "https://mirror.example.com:5000"`)
+			}
+		}
+	}
+}
+
+// registryHostProblem says why h is not a registry host an image
+// reference can name, or "".
+func registryHostProblem(h string) string {
+	if i := strings.IndexFunc(h, func(r rune) bool { return isControl(r) || r == ' ' || r > 0x7e }); i >= 0 {
+		return fmt.Sprintf("it holds %s", describeRune([]rune(h[i:])[0]))
+	}
+	named, err := reference.ParseNormalizedNamed(h + "/image")
+	switch {
+	case err != nil || strings.Contains(h, "/"):
+		return "it is not a host name or address with an optional port"
+	case reference.Domain(named) != h:
+		return fmt.Sprintf("images naming it are pulled from %s: it is no registry host", reference.Domain(named))
+	case strings.ToLower(h) != h:
+		return "it has upper-case letters; image references name registries in lower case"
+	}
+	return portProblem(h)
+}
+
+// portProblem says why the port of host[:port], if any, is out of range.
+func portProblem(hostport string) string {
+	i := strings.LastIndex(hostport, ":")
+	if i < 0 || strings.HasSuffix(hostport, "]") {
+		return ""
+	}
+	if p, err := strconv.Atoi(hostport[i+1:]); err != nil || p < 1 || p > 65535 {
+		return "its port is not a number from 1 to 65535"
+	}
+	return ""
+}
+
+// mirrorURLProblem says why e is not scheme://host[:port] for a mirror,
+// or "".
+func mirrorURLProblem(e string) string {
+	if problem := urlProblem(e); problem != "" {
+		return problem
+	}
+	u, _ := url.Parse(e)
+	host := u.Hostname()
+	switch {
+	case u.Path != "" || u.RawPath != "" || u.Opaque != "":
+		return "it has a path, which containerd and CRI-O read differently"
+	case u.RawQuery != "" || u.ForceQuery:
+		return "it has a query"
+	case len(validation.IsDNS1123Subdomain(host)) > 0 && !isIP(host):
+		return "its host is neither a lower-case DNS name nor an IP address"
+	}
+	return portProblem(u.Host)
+}
+
+func isIP(s string) bool { _, err := netip.ParseAddr(s); return err == nil }
 
 // admissionPlugins are the admission plugins kube-apiserver 1.37 knows
 // (k8s.io/kubernetes/pkg/kubeapiserver/options.AllOrderedPlugins; the

@@ -86,9 +86,13 @@ func lower(m *model) *ir.Cluster {
 	if s.Runtime.Engine == "cri-o" {
 		socket = "unix:///var/run/crio/crio.sock"
 	}
-	c.Runtime = ir.Runtime{Engine: s.Runtime.Engine, Version: s.Runtime.Version, CgroupDriver: s.Runtime.CgroupDriver, Socket: socket}
+	c.Runtime = ir.Runtime{Engine: s.Runtime.Engine, Version: s.Runtime.Version, CgroupDriver: s.Runtime.CgroupDriver, Socket: socket,
+		RestrictOOMScoreAdj: s.Runtime.RestrictOOMScoreAdj}
+	for _, host := range sortedKeys(s.Runtime.Mirrors) {
+		c.Runtime.Mirrors = append(c.Runtime.Mirrors, ir.Mirror{Registry: host, Endpoints: s.Runtime.Mirrors[host]})
+	}
 	derive("runtime.socket", socket, "runtime.engine")
-	c.Kubelet = ir.Kubelet{CgroupDriver: s.Kubelet.CgroupDriver}
+	c.Kubelet = ir.Kubelet{CgroupDriver: s.Kubelet.CgroupDriver, FailCgroupV1: s.Kubelet.FailCgroupV1}
 	c.PKI = ir.PKI{KeyAlgorithm: s.PKI.KeyAlgorithm, CAValidity: parseValidity(s.PKI.CAValidity), LeafValidity: parseValidity(s.PKI.LeafValidity),
 		ClockSkew: parseSkew(s.PKI.ClockSkew)}
 	c.Security = ir.Security{

@@ -183,3 +183,30 @@ network: {
 		}
 	}
 }
+
+// TestLowerHostOptions: the host-specific options reach the IR as the
+// spec writes them, and only when it does; mirrors keep their order.
+func TestLowerHostOptions(t *testing.T) {
+	c := compileExample(t, "single-node")
+	if len(c.Runtime.Mirrors) != 0 || c.Runtime.RestrictOOMScoreAdj || !c.Kubelet.FailCgroupV1 {
+		t.Errorf("defaults: mirrors %v, restrictOOMScoreAdj %t, failCgroupV1 %t", c.Runtime.Mirrors, c.Runtime.RestrictOOMScoreAdj, c.Kubelet.FailCgroupV1)
+	}
+	spec := header + one + `runtime: {restrictOOMScoreAdj: true, mirrors: {
+	"registry.k8s.io": ["https://b.example.com", "http://a.example.com:5000"]
+	"docker.io": ["https://c.example.com"]
+}}
+kubelet: failCgroupV1: false
+`
+	c, diags := Compile(Source{Dir: t.TempDir(), Overlay: map[string][]byte{"spec.cue": []byte(spec)}})
+	if c == nil {
+		t.Fatalf("does not compile:\n%s", lines(diags))
+	}
+	want := []ir.Mirror{{Registry: "docker.io", Endpoints: []string{"https://c.example.com"}},
+		{Registry: "registry.k8s.io", Endpoints: []string{"https://b.example.com", "http://a.example.com:5000"}}}
+	if !slices.EqualFunc(c.Runtime.Mirrors, want, func(a, b ir.Mirror) bool { return a.Registry == b.Registry && slices.Equal(a.Endpoints, b.Endpoints) }) {
+		t.Errorf("mirrors %v, want %v", c.Runtime.Mirrors, want)
+	}
+	if !c.Runtime.RestrictOOMScoreAdj || c.Kubelet.FailCgroupV1 {
+		t.Errorf("restrictOOMScoreAdj %t, failCgroupV1 %t", c.Runtime.RestrictOOMScoreAdj, c.Kubelet.FailCgroupV1)
+	}
+}

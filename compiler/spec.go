@@ -182,13 +182,16 @@ type specStorage struct {
 }
 
 type specRuntime struct {
-	Engine       string `json:"engine"`
-	Version      string `json:"version"`
-	CgroupDriver string `json:"cgroupDriver"`
+	Engine              string              `json:"engine"`
+	Version             string              `json:"version"`
+	CgroupDriver        string              `json:"cgroupDriver"`
+	Mirrors             map[string][]string `json:"mirrors"`
+	RestrictOOMScoreAdj bool                `json:"restrictOOMScoreAdj"`
 }
 
 type specKubelet struct {
 	CgroupDriver string `json:"cgroupDriver"`
+	FailCgroupV1 bool   `json:"failCgroupV1"`
 }
 
 type specPKI struct {

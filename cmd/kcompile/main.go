@@ -33,6 +33,8 @@ type cli struct {
 	Build      buildCmd      `cmd:"" help:"Compile a spec into a target and write it atomically to OUT/<target>."`
 	Diff       diffCmd       `cmd:"" help:"Show what a spec change does to the compiled cluster: nodes, files, restarts, etcd quorum; or compare a built tree with a golden directory."`
 	Provision  provisionCmd  `cmd:"" help:"Provision bare metal: serve every node's cloud-init through Matchbox with OpenTofu/Terraform (init, plan, confirm, apply)."`
+	Up         upCmd         `cmd:"" help:"Boot the compiled cluster for real: every node a systemd-nspawn machine (real systemd, its own network namespace) booting its systemd tree or its cloud-init; runs until Ctrl-C or kcompile down (root)."`
+	Down       downCmd       `cmd:"" help:"Stop a cluster kcompile up booted and remove every machine, namespace, device and file it made."`
 	Sim        simCmd        `cmd:"" passthrough:"all" help:"Run the compiled cluster in one process: real etcd and control plane, simulated kubelets (runs kcompile-sim; kcompile sim --help lists its flags)."`
 	Secrets    secretsCmd    `cmd:"" help:"Create or import the secrets bundle."`
 	PKI        pkiCmd        `cmd:"" name:"pki" help:"Inspect, renew and verify the cluster's certificates."`

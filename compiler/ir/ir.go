@@ -291,11 +291,28 @@ type Runtime struct {
 	CgroupDriver string
 	// Socket is the CRI endpoint the kubelet dials.
 	Socket string
+	// Mirrors are the registry mirrors, by registry host in order.
+	Mirrors []Mirror
+	// RestrictOOMScoreAdj keeps containers' OOM score adjustment at or
+	// above the runtime's own.
+	RestrictOOMScoreAdj bool
+}
+
+// Mirror is where a registry's images are pulled from first.
+type Mirror struct {
+	// Registry is the host (and port) image references name, such as
+	// "registry.k8s.io".
+	Registry string
+	// Endpoints are scheme://host[:port] URLs, tried in order before
+	// the registry itself.
+	Endpoints []string
 }
 
 // Kubelet holds settings shared by every kubelet.
 type Kubelet struct {
 	CgroupDriver string
+	// FailCgroupV1 makes the kubelet refuse a cgroup v1 host.
+	FailCgroupV1 bool
 }
 
 // PKI sets how certificates are issued.

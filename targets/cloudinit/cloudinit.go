@@ -12,8 +12,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"path"
-	"sort"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -25,6 +23,12 @@ import (
 	"github.com/kcompile/kcompile/compiler/pki"
 	"github.com/kcompile/kcompile/targets"
 )
+
+// startScript is systemd.StartScript, the systemd tree's one command that
+// starts a node on the boot that laid its tree. This package cannot import
+// targets/systemd: its tests use review, which imports this package. A
+// test holds the two to one value.
+const startScript = "/usr/local/lib/kcompile/start"
 
 // writeFile is one entry of write_files.
 type writeFile struct {
@@ -71,7 +75,7 @@ func Build(m *pki.Material, sd *targets.Tree) (*targets.Tree, diag.List, error) 
 	if err != nil {
 		return nil, nil, err
 	}
-	return tree, CheckSizes(m.Cluster, Sizes(m.Cluster, tree)), nil
+	return tree, append(CheckSizes(m.Cluster, Sizes(m.Cluster, tree)), CheckRoutes(m.Cluster)...), nil
 }
 
 func pack(m *pki.Material, sd *targets.Tree) (*targets.Tree, error) {
@@ -122,17 +126,15 @@ func nodeUserData(c *ir.Cluster, n ir.Node, files []targets.File) ([]byte, error
 		}
 		ud.Users = append(ud.Users, cu)
 	}
-	var units []string
 	var modules []string
+	start := false
 	for _, f := range files {
 		wf, err := encodeFile(f)
 		if err != nil {
 			return nil, err
 		}
 		ud.WriteFiles = append(ud.WriteFiles, wf)
-		if path.Dir(f.Path) == "/etc/systemd/system" && strings.HasSuffix(f.Path, ".service") {
-			units = append(units, path.Base(f.Path))
-		}
+		start = start || f.Path == startScript
 		if f.Path == "/etc/modules-load.d/kubernetes.conf" {
 			for _, l := range strings.Split(string(f.Data), "\n") {
 				if l != "" && !strings.HasPrefix(l, "#") {
@@ -146,32 +148,18 @@ func nodeUserData(c *ir.Cluster, n ir.Node, files []targets.File) ([]byte, error
 		// boot; modules-load.d covers later boots.
 		ud.Bootcmd = append(ud.Bootcmd, []string{"modprobe", mod})
 	}
-	ud.Runcmd = append(ud.Runcmd, []string{"sysctl", "--system"}, []string{"systemctl", "daemon-reload"})
-	for _, u := range startOrder(units) {
-		ud.Runcmd = append(ud.Runcmd, []string{"systemctl", "enable", "--now", u})
+	if !start {
+		return nil, fmt.Errorf("kcompile bug: the node's tree has no %s", startScript)
 	}
+	// One command: runcmd's exit status, which cloud-init reports, is
+	// its last command's. The tree's drop-in starts the units on later
+	// boots, where runcmd does not run.
+	ud.Runcmd = [][]string{{startScript}}
 	body, err := yaml.Marshal(ud)
 	if err != nil {
 		return nil, err
 	}
 	return append([]byte("#cloud-config\n"), body...), nil
-}
-
-// startOrder starts the installer first, then etcd before the API server,
-// the control plane before node agents, the runtime before the kubelet.
-func startOrder(units []string) []string {
-	rank := map[string]int{"kcompile-install.service": 0, "etcd.service": 1, "kube-apiserver.service": 2,
-		"kube-controller-manager.service": 3, "kube-scheduler.service": 3, "containerd.service": 4, "crio.service": 4,
-		"kubelet.service": 5, "kube-proxy.service": 6}
-	out := append([]string(nil), units...)
-	sort.SliceStable(out, func(i, j int) bool {
-		ri, rj := rank[out[i]], rank[out[j]]
-		if ri != rj {
-			return ri < rj
-		}
-		return out[i] < out[j]
-	})
-	return out
 }
 
 // encodeFile writes a file as text, or gzip+base64 when that is smaller or

@@ -77,17 +77,17 @@ func TestUserDataCarriesTheSystemdTree(t *testing.T) {
 					t.Errorf("%s/%s: %s differs from the systemd tree", name, n.Name, wf.Path)
 				}
 			}
-			var started []string
-			for _, cmd := range ud.Runcmd {
-				if len(cmd) == 4 && cmd[1] == "enable" {
-					started = append(started, cmd[3])
-				}
+			// One command, whose exit status cloud-init reports: the
+			// tree's start script, which starts the units its drop-in
+			// wants (targets/systemd tests both).
+			if len(ud.Runcmd) != 1 || !slices.Equal(ud.Runcmd[0], []string{systemd.StartScript}) || startScript != systemd.StartScript {
+				t.Errorf("%s/%s: runcmd %v, not the start script %s", name, n.Name, ud.Runcmd, systemd.StartScript)
 			}
-			if i, j := slices.Index(started, "etcd.service"), slices.Index(started, "kube-apiserver.service"); i >= 0 && j >= 0 && i > j {
-				t.Errorf("%s/%s: etcd starts after the API server: %v", name, n.Name, started)
+			if _, ok := d.Files["/etc/systemd/system/multi-user.target.d/kcompile.conf"]; !ok {
+				t.Errorf("%s/%s: no drop-in starts the units on later boots", name, n.Name)
 			}
-			if len(started) == 0 || started[0] != "kcompile-install.service" {
-				t.Errorf("%s/%s: the installer does not start first: %v", name, n.Name, started)
+			if n.RunsPods() && (len(ud.Bootcmd) == 0 || ud.Bootcmd[0][0] != "modprobe") {
+				t.Errorf("%s/%s: bootcmd %v loads no module", name, n.Name, ud.Bootcmd)
 			}
 		}
 	}
@@ -299,5 +299,28 @@ func TestSizeLimit(t *testing.T) {
 	d := CheckSizes(m.Cluster, sizes)
 	if len(d) != 1 || d[0].Code != CodeUserDataSize || !strings.Contains(d[0].Message, "box (") {
 		t.Errorf("over the limit: %v", d)
+	}
+}
+
+func TestRoutesToServices(t *testing.T) {
+	for _, name := range fixture.Examples() {
+		if d := CheckRoutes(fixture.Cluster(t, name, nil)); len(d) != 0 {
+			t.Errorf("%s has its gateways, yet: %v", name, d)
+		}
+	}
+	c := fixture.Cluster(t, "single-node", nil)
+	c.Network.Gateways = nil
+	d := CheckRoutes(c)
+	if len(d) != 1 || d[0].Code != CodeNoServiceRoute || d[0].Path != "network.nodes" || len(d[0].Positions) != 1 ||
+		!strings.Contains(d[0].Message, "no IPv4 gateway") || !strings.Contains(d[0].Message, c.Network.ServiceCIDRs[0].String()) {
+		t.Errorf("no gateway: %v", d)
+	}
+	// Dual-stack with a gateway of one family: the other's Services are
+	// unreachable.
+	c = fixture.Cluster(t, "dual-stack", nil)
+	c.Network.Gateways = c.Network.Gateways[:1]
+	d = CheckRoutes(c)
+	if len(d) != 1 || d[0].Path != "network.gateways" || !strings.Contains(d[0].Message, "no IPv6 gateway") {
+		t.Errorf("an IPv4 gateway only: %v", d)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/kcompile/kcompile/targets/systemd"
 
 	"cuelang.org/go/cue/literal"
+	"github.com/pelletier/go-toml/v2"
 	"sigs.k8s.io/yaml"
 
 	"github.com/kcompile/kcompile/compiler"
@@ -183,6 +184,19 @@ func hostileFields() []hostileField {
 			}
 			return "<none>"
 		}},
+		{name: "registry mirror", sample: `runtime: mirrors: "registry.k8s.io": [%s]`, read: func(t *testing.T, tree *targets.Tree) string {
+			f := userDataFiles(t, tree, "cp1")["/etc/containerd/certs.d/registry.k8s.io/hosts.toml"]
+			var hosts struct {
+				Host map[string]any `toml:"host"`
+			}
+			if err := toml.Unmarshal(f.Data, &hosts); err != nil {
+				t.Fatal(err)
+			}
+			for k := range hosts.Host {
+				return k
+			}
+			return "<none>"
+		}},
 		{name: "waiver reason", sample: `security: {anonymousAuth: true, cis: waivers: "1.2.1": reason: %s}`, read: nil},
 	}
 }
@@ -213,7 +227,7 @@ func FuzzHostileValues(f *testing.F) {
 		"web", "a\nExecStartPre=/bin/sh -c id", "x --anonymous-auth=true --authorization-mode=AlwaysAllow",
 		`a"b`, "it's", `back\slash`, "%n%H", "$HOME", "${PATH}", "a;b", ";", "a b", "a=b,c=d",
 		"\x00", "\x1b[31m", "zoné", "\u202e", "", strings.Repeat("x", 300), "ghcr.io/x/y:v1", "ghcr.io/x/y:v1\n- evil",
-		"https://example.com/k", "https://example.com/k|file|/etc/shadow", "https://example.com/k\nfile|/bin/x", "example.com/tier",
+		"https://example.com/k", "http://[fd00::1]:5000", "https://example.com/k|file|/etc/shadow", "https://example.com/k\nfile|/bin/x", "example.com/tier",
 		"NodeRestriction,AlwaysAdmit", "AlwaysPullImages", "key: value\n---\nkind: Secret",
 	}
 	for i := range hostileFields() {
@@ -279,6 +293,8 @@ func plainFor(f hostileField) string {
 		return `"ghcr.io/flannel-io/flannel:v0.27.4"`
 	case "artifact URL":
 		return `"https://example.com/kubelet"`
+	case "registry mirror":
+		return `"https://mirror.example.com"`
 	case "label key":
 		return `"tier"`
 	}

@@ -44,7 +44,9 @@ func TestSystemdAnalyzeVerify(t *testing.T) {
 					}
 				}
 			}
-			args := append([]string{"verify", "--root=" + root, "--man=no", "--generators=no"}, paths...)
+			// multi-user.target reads the drop-in that wants the units.
+			writeFile(t, filepath.Join(root, bootDropIn), render(t, bootUnit(units)), 0o644)
+			args := append([]string{"verify", "--root=" + root, "--man=no", "--generators=no", "multi-user.target"}, paths...)
 			out, err := exec.Command(analyze, args...).CombinedOutput()
 			if err != nil || len(out) > 0 {
 				t.Errorf("%s/%s: systemd-analyze verify: %v\n%s", name, n.Name, err, out)
@@ -92,8 +94,13 @@ func TestSystemdAnalyzeCatchesMistakes(t *testing.T) {
 	u.Sections[1].Directives = append(u.Sections[1].Directives, unitfile.Directive{Key: "Bogus", Value: "1"})
 	p := filepath.Join(root, unitDir, "bad.service")
 	writeFile(t, p, render(t, u), 0o644)
-	out, _ := exec.Command(analyze, "verify", "--root="+root, "--man=no", "--generators=no", p).CombinedOutput()
-	if !strings.Contains(string(out), "Bogus") || !strings.Contains(string(out), "/usr/local/bin/missing") {
-		t.Errorf("systemd-analyze did not report the mistakes:\n%s", out)
+	dropIn := bootUnit([]UnitFile{{Name: "bad.service", Unit: u}})
+	dropIn.Sections[0].Directives = append(dropIn.Sections[0].Directives, unitfile.Directive{Key: "Wrong", Value: "1"})
+	writeFile(t, filepath.Join(root, bootDropIn), render(t, dropIn), 0o644)
+	out, _ := exec.Command(analyze, "verify", "--root="+root, "--man=no", "--generators=no", "multi-user.target", p).CombinedOutput()
+	for _, want := range []string{"Bogus", "/usr/local/bin/missing", "kcompile.conf:", "Wrong"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("systemd-analyze did not report %s:\n%s", want, out)
+		}
 	}
 }

@@ -139,7 +139,9 @@ func flannelOverhead(backend string) (int, bool) {
 // gives pods the spec's pod MTU.
 func flannelNetConfJSON(c *ir.Cluster) string {
 	v4, v6 := cniPodCIDRsByFamily(c)
-	conf := flannelNetConf{Backend: flannelBackend{Type: c.Network.CNI.Mode}}
+	// Masquerading in the framework kube-proxy programs: an nftables
+	// node then needs no iptables at all.
+	conf := flannelNetConf{Backend: flannelBackend{Type: c.Network.CNI.Mode}, EnableNFTables: c.Network.KubeProxyMode == "nftables"}
 	if conf.Backend.Type == "" {
 		conf.Backend.Type = "vxlan"
 	}
@@ -175,7 +177,7 @@ func flannelNetConfJSON(c *ir.Cluster) string {
 func flannelManifests(c *ir.Cluster) []runtime.Object {
 	version := c.Network.CNI.Version
 	if version == "" {
-		version = "0.27.4"
+		version = "0.28.10"
 	}
 	image := c.Network.CNI.Image("flannel", "ghcr.io/flannel-io/flannel:v"+version)
 	pluginImage := c.Network.CNI.Image("flannel-cni-plugin", "ghcr.io/flannel-io/flannel-cni-plugin:"+flannelCNIPluginTag(version))
@@ -264,7 +266,11 @@ func flannelManifests(c *ir.Cluster) []runtime.Object {
 							Name:    "kube-flannel",
 							Image:   image,
 							Command: []string{"/opt/bin/flanneld"},
-							Args:    []string{"--ip-masq", "--kube-subnet-mgr"},
+							// The interface holding the node's address (the
+							// kubelet's --node-ip), not the one of the default
+							// route, which a node may not have or which may
+							// lie on another network.
+							Args: []string{"--ip-masq", "--kube-subnet-mgr", "--iface=$(NODE_IP)"},
 							Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
 								corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("50Mi")}},
 							SecurityContext: &corev1.SecurityContext{
@@ -274,6 +280,7 @@ func flannelManifests(c *ir.Cluster) []runtime.Object {
 							Env: []corev1.EnvVar{
 								fieldEnv("POD_NAME", "metadata.name"),
 								fieldEnv("POD_NAMESPACE", "metadata.namespace"),
+								fieldEnv("NODE_IP", "status.hostIP"),
 								{Name: "EVENT_QUEUE_DEPTH", Value: "5000"},
 								{Name: "CONT_WHEN_CACHE_NOT_READY", Value: "false"},
 							},

@@ -110,8 +110,15 @@ func TestFlannelManifestsDecodeStrictly(t *testing.T) {
 				t.Errorf("DaemonSet %s/%s hostNetwork %v priority %q", ds.Namespace, ds.Name, ds.Spec.Template.Spec.HostNetwork, ds.Spec.Template.Spec.PriorityClassName)
 			}
 			flanneld := ds.Spec.Template.Spec.Containers[0]
-			if !slices.Equal(flanneld.Command, []string{"/opt/bin/flanneld"}) || !slices.Equal(flanneld.Args, []string{"--ip-masq", "--kube-subnet-mgr"}) {
+			if !slices.Equal(flanneld.Command, []string{"/opt/bin/flanneld"}) || !slices.Equal(flanneld.Args, []string{"--ip-masq", "--kube-subnet-mgr", "--iface=$(NODE_IP)"}) {
 				t.Errorf("flanneld runs %v %v", flanneld.Command, flanneld.Args)
+			}
+			// $(NODE_IP) expands to the node's address only if the
+			// container declares it from the pod's host IP.
+			if !slices.ContainsFunc(flanneld.Env, func(e corev1.EnvVar) bool {
+				return e.Name == "NODE_IP" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "status.hostIP"
+			}) {
+				t.Errorf("flanneld has no NODE_IP from status.hostIP: %+v", flanneld.Env)
 			}
 			if init := ds.Spec.Template.Spec.InitContainers; len(init) != 1 || init[0].Name != "install-cni-plugin" ||
 				!slices.Equal(init[0].Args, []string{"-f", "/flannel", "/opt/cni/bin/flannel"}) {
@@ -144,6 +151,15 @@ func TestFlannelNetConfIsTheSpecs(t *testing.T) {
 	// flanneld gives pods the backend MTU minus its 50 bytes of VXLAN.
 	if conf.Backend.Type != "vxlan" || conf.Backend.MTU-50 != c.Network.PodMTU {
 		t.Errorf("Backend %+v for pod MTU %d", conf.Backend, c.Network.PodMTU)
+	}
+	// flanneld masquerades in kube-proxy's framework.
+	if c.Network.KubeProxyMode != "nftables" || !conf.EnableNFTables {
+		t.Errorf("kube-proxy mode %s, EnableNFTables %v", c.Network.KubeProxyMode, conf.EnableNFTables)
+	}
+	ipt := compileExample(t, "single-node")
+	ipt.Network.KubeProxyMode = "iptables"
+	if conf := flannelNetConfOf(t, cniDecoded(t, flannelManifests(ipt))); conf.EnableNFTables {
+		t.Errorf("iptables kube-proxy, flannel on nftables: %+v", conf)
 	}
 
 	ds := compileExample(t, "dual-stack")
@@ -204,9 +220,9 @@ func TestFlannelImages(t *testing.T) {
 	c := compileExample(t, "single-node")
 	ds := cniFind[*appsv1.DaemonSet](t, cniDecoded(t, flannelManifests(c)), "kube-flannel-ds")
 	spec := ds.Spec.Template.Spec
-	if c.Network.CNI.Version != "0.27.4" ||
-		spec.Containers[0].Image != "ghcr.io/flannel-io/flannel:v0.27.4" ||
-		spec.InitContainers[0].Image != "ghcr.io/flannel-io/flannel-cni-plugin:v1.8.0-flannel1" {
+	if c.Network.CNI.Version != "0.28.10" ||
+		spec.Containers[0].Image != "ghcr.io/flannel-io/flannel:v0.28.10" ||
+		spec.InitContainers[0].Image != "ghcr.io/flannel-io/flannel-cni-plugin:v1.9.1-flannel3" {
 		t.Errorf("version %s: images %s, %s", c.Network.CNI.Version, spec.Containers[0].Image, spec.InitContainers[0].Image)
 	}
 

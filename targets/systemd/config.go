@@ -50,6 +50,9 @@ func kubeletConfig(c *ir.Cluster, n ir.Node, l layout) *kubeletv1beta1.KubeletCo
 	maxPods := int32(n.Capacity.MaxPods)
 	// Bounds the processes of one pod.
 	pids := int64(4096)
+	// Written out whatever its value: the kubelet's default differs
+	// between its releases.
+	failV1 := c.Kubelet.FailCgroupV1
 	return &kubeletv1beta1.KubeletConfiguration{
 		TypeMeta: metav1.TypeMeta{APIVersion: "kubelet.config.k8s.io/v1beta1", Kind: "KubeletConfiguration"},
 		Authentication: kubeletv1beta1.KubeletAuthentication{
@@ -74,6 +77,7 @@ func kubeletConfig(c *ir.Cluster, n ir.Node, l layout) *kubeletv1beta1.KubeletCo
 		// unless they ask for another.
 		PodPidsLimit:   &pids,
 		SeccompDefault: &t,
+		FailCgroupV1:   &failV1,
 	}
 }
 

@@ -32,12 +32,18 @@ func nodeFiles(m *pki.Material, tree *targets.Tree, rc *renderCache, opts Option
 			return err
 		}
 	}
+	// Every runtime of the cluster shares them.
+	mirrors, err := MirrorFiles(c.Runtime.Engine, c.Runtime.Mirrors)
+	if err != nil {
+		return err
+	}
 	for _, n := range c.Nodes {
 		l := opts.layout(n)
 		add := func(p string, data []byte, mode uint32) error {
 			return tree.Add(targets.NodePath(n.Name, p), data, fileMode(mode))
 		}
-		for _, u := range nodeUnits(c, n, l) {
+		units := nodeUnits(c, n, l)
+		for _, u := range units {
 			data, err := u.Unit.Render()
 			if err != nil {
 				return fmt.Errorf("kcompile bug: %s of node %s: %w", u.Name, n.Name, err)
@@ -50,6 +56,20 @@ func nodeFiles(m *pki.Material, tree *targets.Tree, rc *renderCache, opts Option
 				return err
 			}
 			rc.units[targets.NodePath(n.Name, p)] = u.Unit
+		}
+		if len(units) > 0 {
+			boot := bootUnit(units)
+			data, err := boot.Render()
+			if err != nil {
+				return fmt.Errorf("kcompile bug: %s of node %s: %w", bootDropIn, n.Name, err)
+			}
+			if err := add(bootDropIn, data, 0o644); err != nil {
+				return err
+			}
+			rc.units[targets.NodePath(n.Name, bootDropIn)] = boot
+			if err := add(startScript, []byte(startScriptText), 0o755); err != nil {
+				return err
+			}
 		}
 		if n.Runs(ir.ComponentEtcd) {
 			if err := add(etcdSysusersPath, []byte(etcdSysusers), 0o644); err != nil {
@@ -86,8 +106,13 @@ func nodeFiles(m *pki.Material, tree *targets.Tree, rc *renderCache, opts Option
 			for _, f := range []struct {
 				p string
 				b []byte
-			}{{rp, rc}, {cp, cc}, {"etc/sysctl.d/99-kubernetes.conf", sysctlConf(c)}, {"etc/modules-load.d/kubernetes.conf", modulesConf(c, n)}} {
+			}{{rp, rc}, {cp, cc}, {sysctlConfPath, sysctlConf(c)}, {"etc/modules-load.d/kubernetes.conf", modulesConf(c, n)}} {
 				if err := add(f.p, f.b, 0o644); err != nil {
+					return err
+				}
+			}
+			for _, p := range sortedPaths(mirrors) {
+				if err := add(p, mirrors[p], 0o644); err != nil {
 					return err
 				}
 			}

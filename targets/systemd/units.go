@@ -39,8 +39,11 @@ func nodeUnits(c *ir.Cluster, n ir.Node, l layout) []UnitFile {
 			[]string{"network-online.target"}, nil, program("etcd"), args(ir.ComponentEtcd, etcdArgs(c, m, l)))
 		withEtcdDataDir(&u)
 		// Root without DAC override could not enter the etcd user's
-		// data directory.
-		sandbox(&u, []string{"CAP_DAC_OVERRIDE"}, unitfile.Directive{Key: "ReadWritePaths", Value: l.at(etcdDataDir)})
+		// data directory. "-": systemd sets the sandbox up for the
+		// ExecStartPre that creates the directory too, and a missing
+		// path fails it on a first boot (226/NAMESPACE); etcd's own
+		// ExecStart finds it in place.
+		sandbox(&u, []string{"CAP_DAC_OVERRIDE"}, unitfile.Directive{Key: "ReadWritePaths", Value: "-" + l.at(etcdDataDir)})
 		out = append(out, UnitFile{"etcd.service", u})
 	}
 	if n.Runs(ir.ComponentAPIServer) {

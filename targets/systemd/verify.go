@@ -1,14 +1,18 @@
 package systemd
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"path"
 	"runtime"
 	"slices"
 	"strings"
 	"sync"
 
 	"github.com/containernetworking/cni/libcni"
+	"github.com/pelletier/go-toml/v2"
+	"github.com/pelletier/go-toml/v2/unstable"
 	apiserverv1 "k8s.io/apiserver/pkg/apis/apiserver/v1"
 	auditv1 "k8s.io/apiserver/pkg/apis/audit/v1"
 	kubeproxyv1alpha1 "k8s.io/kube-proxy/config/v1alpha1"
@@ -105,6 +109,15 @@ func verify(tree *targets.Tree, c *ir.Cluster, rc *renderCache) error {
 			if _, err := libcni.ConfListFromBytes(f.Data); err != nil {
 				fail(p, err)
 			}
+		case strings.HasSuffix(p, "/"+bootDropIn):
+			if err := verifyBootDropIn(tree, p, f.Data, rc); err != nil {
+				fail(p, err)
+			}
+		case strings.Contains(p, "/"+containerdHostsDir+"/") || strings.HasSuffix(p, "/"+crioRegistriesPath) ||
+			strings.HasSuffix(p, "/"+containerdConfigPath):
+			if err := rc.once(f.Data, func() error { return verifyRuntimeFile(p, f.Data, c) }); err != nil {
+				fail(p, err)
+			}
 		case strings.HasSuffix(p, ".toml") || strings.HasSuffix(p, "10-kcompile.conf"):
 			if _, err := verifyTOML(f.Data); err != nil {
 				fail(p, err)
@@ -196,4 +209,135 @@ func strict(data []byte, into any) error {
 		return fmt.Errorf("does not decode strictly as %T: %w", into, err)
 	}
 	return nil
+}
+
+// verifyBootDropIn holds the drop-in to what was built and to the node's
+// units: each unit it wants is a unit of the node's tree.
+func verifyBootDropIn(tree *targets.Tree, p string, data []byte, rc *renderCache) error {
+	u, err := unitfile.Parse(data)
+	if err != nil {
+		return err
+	}
+	if err := sameUnit(rc.units[p], u); err != nil {
+		return err
+	}
+	node := strings.TrimSuffix(p, bootDropIn)
+	for _, name := range u.Get("Unit", "Wants") {
+		if _, ok := tree.Get(node + unitDir + name); !ok {
+			return fmt.Errorf("wants %s, which the node's tree does not have", name)
+		}
+	}
+	return nil
+}
+
+// verifyRuntimeFile reads a runtime's configuration or registry file back
+// as the runtime does, strictly where kcompile owns the whole file, and
+// holds it to the cluster's runtime settings.
+func verifyRuntimeFile(p string, data []byte, c *ir.Cluster) error {
+	strict := func(into any) error {
+		dec := toml.NewDecoder(bytes.NewReader(data))
+		dec.DisallowUnknownFields()
+		return dec.Decode(into)
+	}
+	rt := c.Runtime
+	switch {
+	case strings.HasSuffix(p, "/"+containerdConfigPath):
+		var cfg struct {
+			Plugins struct {
+				Images struct {
+					Registry struct {
+						ConfigPath string `toml:"config_path"`
+					} `toml:"registry"`
+				} `toml:"io.containerd.cri.v1.images"`
+				Runtime struct {
+					RestrictOOMScoreAdj bool `toml:"restrict_oom_score_adj"`
+				} `toml:"io.containerd.cri.v1.runtime"`
+			} `toml:"plugins"`
+		}
+		if err := toml.Unmarshal(data, &cfg); err != nil {
+			return err
+		}
+		want := ""
+		if len(rt.Mirrors) > 0 {
+			want = "/" + containerdHostsDir
+		}
+		if got := cfg.Plugins.Images.Registry.ConfigPath; got != want {
+			return fmt.Errorf("registry config_path is %q, not %q", got, want)
+		}
+		if cfg.Plugins.Runtime.RestrictOOMScoreAdj != rt.RestrictOOMScoreAdj {
+			return fmt.Errorf("restrict_oom_score_adj is %t, not the spec's %t", cfg.Plugins.Runtime.RestrictOOMScoreAdj, rt.RestrictOOMScoreAdj)
+		}
+	case strings.HasSuffix(p, "/"+crioRegistriesPath):
+		var got crioRegistries
+		if err := strict(&got); err != nil {
+			return err
+		}
+		if len(got.Registry) != len(rt.Mirrors) {
+			return fmt.Errorf("%d registries, the spec has %d", len(got.Registry), len(rt.Mirrors))
+		}
+		for i, m := range rt.Mirrors {
+			r := got.Registry[i]
+			var locations []string
+			for _, x := range r.Mirror {
+				scheme := "https://"
+				if x.Insecure {
+					scheme = "http://"
+				}
+				locations = append(locations, scheme+x.Location)
+			}
+			if r.Prefix != m.Registry || r.Location != m.Registry || !slices.Equal(locations, m.Endpoints) {
+				return fmt.Errorf("registry %s reads as %s with mirrors %v, not the spec's %v", m.Registry, r.Prefix, locations, m.Endpoints)
+			}
+		}
+	default:
+		registry := path.Base(path.Dir(p))
+		i := slices.IndexFunc(rt.Mirrors, func(m ir.Mirror) bool { return m.Registry == registry })
+		if i < 0 || path.Base(p) != "hosts.toml" {
+			return fmt.Errorf("no registry of the spec has this file")
+		}
+		m := rt.Mirrors[i]
+		var got struct {
+			Server string                `toml:"server"`
+			Host   map[string]mirrorHost `toml:"host"`
+		}
+		if err := strict(&got); err != nil {
+			return err
+		}
+		order, err := tomlTables(data, "host")
+		if err != nil {
+			return err
+		}
+		if got.Server != upstream(registry) || !slices.Equal(order, m.Endpoints) {
+			return fmt.Errorf("reads as server %s with mirrors %v, not %s with the spec's %v", got.Server, order, upstream(registry), m.Endpoints)
+		}
+		for _, h := range got.Host {
+			if !slices.Equal(h.Capabilities, []string{"pull", "resolve"}) {
+				return fmt.Errorf("a mirror has the capabilities %v", h.Capabilities)
+			}
+		}
+	}
+	return nil
+}
+
+// tomlTables lists, in the order of the file, the names of the tables
+// under parent: containerd tries mirrors in that order, which no decoding
+// into a map keeps.
+func tomlTables(data []byte, parent string) ([]string, error) {
+	var p unstable.Parser
+	p.Reset(data)
+	var out []string
+	for p.NextExpression() {
+		e := p.Expression()
+		if e.Kind != unstable.Table {
+			continue
+		}
+		var key []string
+		for it := e.Key(); it.Next(); {
+			key = append(key, string(it.Node().Data))
+		}
+		if len(key) == 2 && key[0] == parent {
+			out = append(out, key[1])
+		}
+	}
+	return out, p.Error()
 }

@@ -260,7 +260,9 @@ func Parse(data []byte) (File, error) {
 }
 
 func parseDirective(key, raw string) (Directive, error) {
-	if !strings.HasPrefix(key, "Exec") {
+	if !strings.HasPrefix(key, "Exec") || strings.TrimSpace(raw) == "" {
+		// An empty assignment (of an Exec setting too) resets the
+		// list, as a drop-in does before it replaces a command.
 		v, err := unescapeSpecifiers(raw)
 		if err != nil {
 			return Directive{}, fmt.Errorf("%s: %w", key, err)

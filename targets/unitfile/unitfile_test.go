@@ -35,6 +35,21 @@ func TestUnitRoundTrip(t *testing.T) {
 	}
 }
 
+// TestDropInResetsExecStart reads a drop-in that replaces a command: an
+// empty ExecStart= resets the list, then the new command follows.
+func TestDropInResetsExecStart(t *testing.T) {
+	u, err := Parse([]byte("[Service]\nExecStart=\nExecStart=/bin/new --x\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := u.Get("Service", "ExecStart"); len(got) != 2 || got[0] != "" {
+		t.Errorf("values %q", got)
+	}
+	if cmds := u.Commands("Service", "ExecStart"); len(cmds) != 1 || strings.Join(cmds[0].Argv, " ") != "/bin/new --x" {
+		t.Errorf("commands %+v", cmds)
+	}
+}
+
 // TestQuoteArg holds the quoting of command-line arguments to systemd's
 // rules, by rendering each argument and reading it back: what the program
 // receives is exactly the argument, in one piece.

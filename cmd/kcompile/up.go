@@ -1,0 +1,143 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/kcompile/kcompile/compiler/ir"
+	"github.com/kcompile/kcompile/pipeline"
+	"github.com/kcompile/kcompile/targets/nspawn"
+)
+
+// upCmd boots the compiled cluster, one systemd-nspawn machine per node.
+type upCmd struct {
+	specAndSecrets
+	Target   string        `enum:"systemd,cloudinit" default:"systemd" help:"What each machine boots: systemd (the node's systemd tree laid over the image) or cloudinit (the stock image with the node's NoCloud seed, as a network-booted machine)."`
+	Work     string        `help:"Work directory: the trees, the machines' disks and consoles, the journal kcompile down reads. Default /var/lib/kcompile/up/<cluster name>." placeholder:"DIR"`
+	Binaries string        `help:"Directory holding the binaries the install unit checks, by name (kubelet, etcd, containerd, runc, bridge...); up puts each where the install unit expects it. scripts/tools builds one in .bin/node." placeholder:"DIR"`
+	Images   string        `help:"Directory of the programs the cluster's images are packed from; scripts/tools builds one in .bin/images." placeholder:"DIR"`
+	Image    string        `help:"Root file system every machine boots (Debian with systemd); default: one built once with debootstrap and cached." placeholder:"ROOTFS"`
+	Cache    string        `default:"/var/cache/kcompile" help:"Where the debootstrapped image is cached."`
+	Timeout  time.Duration `default:"10m" help:"How long the boot may take, until the addons run."`
+}
+
+// downCmd stops a cluster kcompile up booted.
+type downCmd struct {
+	Dir  string `arg:"" optional:"" default:"." help:"Spec directory (for the cluster name, when --work is not given)."`
+	Work string `help:"Work directory of the kcompile up to stop." placeholder:"DIR"`
+}
+
+// defaultWork is up's work directory for a cluster.
+func defaultWork(c *ir.Cluster) string { return filepath.Join("/var/lib/kcompile/up", c.Name) }
+
+func (c *upCmd) Run(e *env) error {
+	targets := []pipeline.Target{pipeline.Systemd}
+	if c.Target == string(nspawn.TargetCloudInit) {
+		targets = append(targets, pipeline.CloudInit)
+	}
+	out, err := c.run(e, targets...)
+	if err != nil {
+		return err
+	}
+	if why := nspawn.Check(out.Cluster); len(why) > 0 {
+		msg := "this cluster cannot be booted here; nothing was started:"
+		for _, w := range why {
+			msg += "\n  " + w
+		}
+		return statusError{code: exitProblems, msg: msg}
+	}
+	work := c.Work
+	if work == "" {
+		work = defaultWork(out.Cluster)
+	}
+	if work, err = filepath.Abs(work); err != nil {
+		return err
+	}
+	reg, err := imageRegistry(out, c.Images)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	cluster, err := nspawn.Up(ctx, nspawn.Config{
+		Cluster:   out.Cluster,
+		Systemd:   out.Trees[pipeline.Systemd],
+		CloudInit: out.Trees[pipeline.CloudInit],
+		Target:    nspawn.Target(c.Target),
+		Work:      work,
+		Image:     c.Image,
+		Cache:     c.Cache,
+		Binaries:  c.Binaries,
+		Registry:  reg,
+		Version:   version(),
+		Log:       e.stderr,
+		Now:       time.Now,
+		Timeout:   c.Timeout,
+	})
+	if err != nil {
+		return statusError{code: exitProblems, msg: err.Error()}
+	}
+	fmt.Fprintf(e.stdout, "cluster %s is up; kubeconfig: %s\nCtrl-C or `kcompile down --work %s` stops it.\n", out.Cluster.Name, cluster.Kubeconfig(), work)
+	werr := cluster.Wait(ctx)
+	stop()
+	dctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := cluster.Down(dctx); err != nil {
+		return err
+	}
+	if werr != nil {
+		return statusError{code: exitProblems, msg: werr.Error()}
+	}
+	return nil
+}
+
+func (c *downCmd) Run(e *env) error {
+	work := c.Work
+	if work == "" {
+		cl, err := compileSpec(e, c.Dir)
+		if err != nil {
+			return err
+		}
+		work = defaultWork(cl)
+	}
+	work, err := filepath.Abs(work)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if err := nspawn.Down(ctx, work, e.stderr); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return statusError{code: exitProblems, msg: err.Error()}
+		}
+		return err
+	}
+	fmt.Fprintf(e.stdout, "stopped; %s removed\n", work)
+	return nil
+}
+
+// imageRegistry plans the images the cluster pulls from the programs in
+// dir, refusing a cluster whose images cannot all be built here.
+func imageRegistry(out *pipeline.Output, dir string) (nspawn.Registry, error) {
+	if dir == "" {
+		return nil, statusError{code: exitUsage, msg: "--images DIR is needed: the machines reach no registry, and up serves the images packed from the programs in DIR (scripts/tools builds .bin/images)"}
+	}
+	reg, problems, err := nspawn.NewRegistry(out.Trees[pipeline.Systemd], dir, nil)
+	if err != nil {
+		return nil, err
+	}
+	if len(problems) > 0 {
+		msg := "these images of the cluster cannot be built here; nothing was started:"
+		for _, p := range problems {
+			msg += "\n  " + p.Error()
+		}
+		return nil, statusError{code: exitProblems, msg: msg}
+	}
+	return reg, nil
+}

@@ -1,0 +1,335 @@
+package nspawn
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"maps"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+
+	toml "github.com/pelletier/go-toml/v2"
+
+	"github.com/kcompile/kcompile/compiler/ir"
+	"github.com/kcompile/kcompile/targets"
+	"github.com/kcompile/kcompile/targets/unitfile"
+)
+
+// Adjustment is one thing up does that the compiled tree does not say:
+// set-up of the machines that a bare-metal host does by itself, or a
+// change this host needs. up prints every one it applies.
+type Adjustment struct {
+	// Name is short and stable: the README lists every adjustment by it.
+	Name string
+	// What is done, and Why.
+	What, Why string
+}
+
+// String is how up prints it.
+func (a Adjustment) String() string { return a.Name + ": " + a.What + ": " + a.Why }
+
+// initPath is the machines' PID 1: a script that makes what this host
+// mounts read-only writable inside the machine, then execs systemd.
+const initPath = "/.kcompile-up/init"
+
+// hostFacts is what up must work around on this host.
+type hostFacts struct {
+	// cgroupV1 says the host mounts cgroup v1 controllers, which nspawn
+	// mounts read-only inside.
+	cgroupV1 bool
+	// noSysResource says the host's capability bounding set lacks
+	// CAP_SYS_RESOURCE: a container runtime in a machine cannot raise
+	// OOM score adjustments.
+	noSysResource bool
+}
+
+// readHostFacts reads /proc for what the adjustments depend on.
+func readHostFacts() (hostFacts, error) {
+	var h hostFacts
+	mounts, err := os.ReadFile("/proc/self/mounts")
+	if err != nil {
+		return h, err
+	}
+	sc := bufio.NewScanner(bytes.NewReader(mounts))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) >= 3 && f[2] == "cgroup" {
+			h.cgroupV1 = true
+		}
+	}
+	status, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return h, err
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		if v, ok := strings.CutPrefix(line, "CapBnd:"); ok {
+			bits, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			if err != nil {
+				return h, fmt.Errorf("/proc/self/status: CapBnd %q", v)
+			}
+			const capSysResource = 24
+			h.noSysResource = bits&(1<<capSysResource) == 0
+		}
+	}
+	return h, nil
+}
+
+// adjustments is everything up applies, decided once before any machine
+// starts.
+type adjustments struct {
+	list []Adjustment
+	// nspawn are extra systemd-nspawn options.
+	nspawn []string
+	// init is the PID-1 script.
+	init string
+	// sysctls are files bound over read-only /proc/sys entries, by
+	// /proc/sys path, with their initial content.
+	sysctls map[string]string
+	// files are written into every machine's upper layer (kubelet nodes
+	// get kubeletFiles too), by root-relative path.
+	files map[string][]byte
+	// failCgroupV1 and restrictOOM are changes to kubelet nodes'
+	// compiled files (as drop-ins where the consumer reads them).
+	failCgroupV1, restrictOOM bool
+	// mirrors says up writes registry hosts files of its own.
+	mirrors bool
+}
+
+func (a *adjustments) add(name, what, why string) {
+	a.list = append(a.list, Adjustment{Name: name, What: what, Why: why})
+}
+
+// decide works out the adjustments for a cluster on this host. tree is
+// the systemd tree, which some adjustments extend with drop-ins.
+func decide(c *ir.Cluster, p *plan, h hostFacts, tree *targets.Tree, target Target, mirror string) (*adjustments, error) {
+	a := &adjustments{sysctls: map[string]string{}, files: map[string][]byte{}}
+	var init strings.Builder
+	init.WriteString("#!/bin/sh\n# kcompile up: the machine's PID 1 until it execs systemd. Each step is\n# an adjustment kcompile up printed when it started.\nset -eu\n")
+
+	a.nspawn = append(a.nspawn, "--capability=all")
+	a.add("capabilities", "every capability for the machines (systemd-nspawn --capability=all)",
+		"a machine in a network namespace of up's gets no CAP_NET_ADMIN by default, and kube-proxy, flannel and the CNI plugins need it")
+	a.nspawn = append(a.nspawn, "--system-call-filter=@keyring")
+	a.add("keyring", "keyring system calls allowed (systemd-nspawn --system-call-filter=@keyring)",
+		"runc makes each container a session keyring")
+	a.nspawn = append(a.nspawn, "--bind=/dev/kmsg")
+	a.add("kmsg", "/dev/kmsg bound into the machines", "the kubelet's OOM watcher reads the kernel log")
+
+	init.WriteString("# /proc/sys/net is read-only in a machine whose namespace nspawn did not make.\nmount -o remount,bind,rw /proc/sys/net 2>/dev/null || { mount --bind /proc/sys/net /proc/sys/net && mount -o remount,bind,rw /proc/sys/net; }\n")
+	a.add("proc-sys-net", "/proc/sys/net read-write inside the machines",
+		"systemd-nspawn --network-namespace-path leaves it read-only; kube-proxy and flannel set per-namespace network sysctls")
+
+	init.WriteString("# A sysfs of the machine's own network namespace: nspawn shows the host's\n# devices under /sys/class/net.\nmkdir -p /run/kcompile-up/sys\nmount -t sysfs sysfs /run/kcompile-up/sys\nmount --bind /run/kcompile-up/sys/class/net /sys/class/net\nmount --bind /run/kcompile-up/sys/devices/virtual/net /sys/devices/virtual/net\numount -l /run/kcompile-up/sys\n")
+	a.add("sysfs-net", "a sysfs of the machine's own network namespace over /sys/class/net and /sys/devices/virtual/net",
+		"systemd-nspawn --network-namespace-path shows the host's devices there; cloud-init matches the spec's MAC through it, and the kubelet reads its interfaces")
+
+	if have, lack, err := builtinModules(tree); err != nil {
+		return nil, err
+	} else if len(lack) > 0 {
+		return nil, fmt.Errorf("the nodes load the kernel modules %s, which this host's kernel has neither built in nor loaded (a machine cannot load modules)", strings.Join(lack, ", "))
+	} else if len(have) > 0 {
+		release, err := kernelRelease()
+		if err != nil {
+			return nil, err
+		}
+		a.files["lib/modules/"+release+"/modules.builtin"] = modulesBuiltin(have)
+		init.WriteString("# The modules.builtin stand-in's indexes, for modprobe.\nd=/lib/modules/$(uname -r)\nif [ -f \"$d/modules.builtin\" ] && [ ! -f \"$d/modules.builtin.bin\" ]; then depmod 2>/dev/null; fi\n")
+		a.add("modules-builtin", "a modules.builtin stand-in in each machine's /lib/modules/"+release+" ("+strings.Join(have, ", ")+")",
+			"the machines have none of the host kernel's modules, so modprobe fails even for what the kernel has built in; with the stand-in it answers as on the host")
+	}
+	if h.cgroupV1 {
+		init.WriteString("# cgroup v1 controllers, which nspawn mounts read-only.\nwhile read -r _ dir type _ _ _; do\n\tif [ \"$type\" = cgroup ]; then mount -o remount,bind,rw \"$dir\"; fi\ndone </proc/self/mounts\n")
+		a.add("cgroup-v1-rw", "cgroup v1 controllers remounted read-write inside the machines",
+			"this host has cgroup v1 (hybrid); systemd-nspawn mounts the controllers read-only and runc must write them")
+	}
+
+	if p.kubelets() > 0 {
+		a.add("containerd-dir", "/var/lib/containerd of each kubelet machine is a directory of the host's, bound in (under the work directory)",
+			"containerd's overlayfs snapshots cannot have their upper layers on the machine's own overlay root")
+		for _, s := range []struct{ path, value string }{
+			{"vm/overcommit_memory", "1"}, {"kernel/panic", "10"}, {"kernel/panic_on_oops", "1"},
+		} {
+			a.sysctls[s.path] = s.value + "\n"
+		}
+		init.WriteString("# Files over the sysctls the kubelet sets, which are not per-namespace\n# and so read-only in a machine.\nfor s in vm/overcommit_memory kernel/panic kernel/panic_on_oops; do\n\tmount --bind \"/.kcompile-up/sysctl/$(echo \"$s\" | tr / .)\" \"/proc/sys/$s\"\ndone\n")
+		a.add("sysctl-files", "files bound over /proc/sys/vm/overcommit_memory, kernel/panic and kernel/panic_on_oops (1, 10, 1)",
+			"the kubelet writes these host-wide sysctls, which a machine may not change")
+		if h.cgroupV1 && c.Kubelet.FailCgroupV1 {
+			a.failCgroupV1 = true
+			a.add("fail-cgroupv1", "kubelet started with --fail-cgroupv1=false (a drop-in, etc/systemd/system/kubelet.service.d/50-kcompile-up.conf)",
+				"this host has cgroup v1 and the spec leaves kubelet.failCgroupV1 true; set it to false in the spec to compile this in")
+		}
+		if h.noSysResource && c.Runtime.Engine == "containerd" && !c.Runtime.RestrictOOMScoreAdj {
+			a.restrictOOM = true
+			a.add("restrict-oom-score-adj", "containerd's restrict_oom_score_adj = true, in a copy of its configuration (etc/containerd/kcompile-up.toml, which a drop-in of containerd.service gives it)",
+				"this host's capability bounding set lacks CAP_SYS_RESOURCE; set runtime.restrictOOMScoreAdj: true in the spec to compile this in")
+		}
+	}
+
+	a.files["etc/resolv.conf"] = resolvConf(c, p)
+	a.add("resolv-conf", "/etc/resolv.conf written in each machine ("+strings.TrimSpace(strings.ReplaceAll(string(a.files["etc/resolv.conf"]), "\n", "; "))+")",
+		"a host's resolver configuration is the installed system's business, not the tree's; the spec's network.nameservers, or else the gateway")
+	if target != TargetCloudInit {
+		a.files["etc/cloud/cloud-init.disabled"] = []byte("# kcompile up: the systemd target carries no cloud-init seed.\n")
+		a.add("cloud-init-disabled", "cloud-init disabled (etc/cloud/cloud-init.disabled)",
+			"the image carries cloud-init for the cloud-init target; with a systemd tree it has nothing to do and would configure the network by DHCP")
+		a.add("addresses", "node addresses and default routes configured in each machine's network namespace before it boots",
+			"a systemd tree carries no network configuration: on bare metal the installed system has it (the cloud-init target carries the spec's)")
+	}
+	if mirror != "" {
+		a.mirrors = true
+		a.add("mirrors", "registry mirrors written to each machine's /etc/containerd/certs.d ("+mirror+"), and config_path set in containerd's copy of its configuration (etc/containerd/kcompile-up.toml, which a drop-in of containerd.service gives it)",
+			"the spec names no mirror up can serve its images at; set runtime.mirrors to compile one in")
+	}
+	if p.endpoint.IsValid() {
+		a.add("endpoint", "the API endpoint "+p.endpoint.String()+" served by up on the bridge, balancing TCP over the API servers",
+			"no node holds the endpoint's address; on bare metal a load balancer or VIP does")
+	}
+	init.WriteString("exec /lib/systemd/systemd \"$@\"\n")
+	a.init = init.String()
+	return a, nil
+}
+
+// execDropIn is a drop-in of a node's unit that runs the compiled
+// command line changed by edit: up changes a compiled file only by adding
+// files beside it, which cloud-init's write_files cannot overwrite.
+func execDropIn(tree *targets.Tree, node, unit, why string, edit func([]string) []string) ([]byte, error) {
+	f, ok := tree.Get(targets.NodePath(node, "etc/systemd/system/"+unit))
+	if !ok {
+		return nil, fmt.Errorf("node %s has no %s", node, unit)
+	}
+	u, err := unitfile.Parse(f.Data)
+	if err != nil {
+		return nil, fmt.Errorf("node %s: %s: %v", node, unit, err)
+	}
+	cmds := u.Commands("Service", "ExecStart")
+	if len(cmds) != 1 {
+		return nil, fmt.Errorf("node %s: %s has %d ExecStart lines", node, unit, len(cmds))
+	}
+	d := unitfile.File{Sections: []unitfile.Section{{Name: "Service", Directives: []unitfile.Directive{
+		{Key: "ExecStart", Value: ""},
+		{Key: "ExecStart", Command: &unitfile.Command{Prefix: cmds[0].Prefix, Argv: edit(slices.Clone(cmds[0].Argv)), OnePerLine: true}},
+	}}}}
+	data, err := d.Render()
+	if err != nil {
+		return nil, err
+	}
+	return bytes.Replace(data, []byte("# Generated by kcompile. Do not edit: change the spec and rebuild.\n"),
+		[]byte("# Written by kcompile up: "+why+".\n"), 1), nil
+}
+
+// kubeletDropIn runs the compiled kubelet with --fail-cgroupv1=false.
+func kubeletDropIn(tree *targets.Tree, node string) ([]byte, error) {
+	return execDropIn(tree, node, "kubelet.service", "this host has cgroup v1 and the spec leaves kubelet.failCgroupV1 true",
+		func(argv []string) []string { return append(argv, "--fail-cgroupv1=false") })
+}
+
+// containerdDropIn runs the compiled containerd with up's copy of its
+// configuration.
+func containerdDropIn(tree *targets.Tree, node string) ([]byte, error) {
+	return execDropIn(tree, node, "containerd.service", "containerd reads up's copy of its configuration, "+containerdUpConfig,
+		func(argv []string) []string {
+			out := argv[:1]
+			for _, a := range argv[1:] {
+				if !strings.HasPrefix(a, "--config=") {
+					out = append(out, a)
+				}
+			}
+			return append(out, "--config=/"+containerdUpConfig)
+		})
+}
+
+// machineFiles are the files up writes into a machine's upper layer.
+func (a *adjustments) machineFiles(tree *targets.Tree, m *machine) (map[string][]byte, error) {
+	files := maps.Clone(a.files)
+	if !m.node.RunsPods() {
+		return files, nil
+	}
+	if a.failCgroupV1 {
+		d, err := kubeletDropIn(tree, m.name)
+		if err != nil {
+			return nil, err
+		}
+		files[kubeletDropInPath] = d
+	}
+	if a.restrictOOM || a.mirrors {
+		f, ok := tree.Get(targets.NodePath(m.name, containerdConfig))
+		if !ok {
+			return nil, fmt.Errorf("node %s has no %s", m.name, containerdConfig)
+		}
+		d, err := containerdConfigFor(f.Data, a.restrictOOM, a.mirrors)
+		if err != nil {
+			return nil, fmt.Errorf("node %s: %s: %v", m.name, containerdConfig, err)
+		}
+		files[containerdUpConfig] = d
+		if files[containerdDropInPath], err = containerdDropIn(tree, m.name); err != nil {
+			return nil, err
+		}
+	}
+	for p, v := range a.sysctls {
+		files[".kcompile-up/sysctl/"+strings.ReplaceAll(p, "/", ".")] = []byte(v)
+	}
+	return files, nil
+}
+
+const (
+	kubeletDropInPath    = "etc/systemd/system/kubelet.service.d/50-kcompile-up.conf"
+	containerdDropInPath = "etc/systemd/system/containerd.service.d/50-kcompile-up.conf"
+	containerdConfig     = "etc/containerd/config.toml"
+	containerdUpConfig   = "etc/containerd/kcompile-up.toml"
+)
+
+// resolvConf is the resolver configuration of the machines.
+func resolvConf(c *ir.Cluster, p *plan) []byte {
+	var b bytes.Buffer
+	b.WriteString("# Written by kcompile up.\n")
+	servers := c.Network.Nameservers
+	if len(servers) == 0 {
+		for _, g := range p.gateways {
+			servers = append(servers, g.Addr())
+		}
+	}
+	for _, s := range servers {
+		fmt.Fprintf(&b, "nameserver %s\n", s)
+	}
+	return b.Bytes()
+}
+
+// containerdConfigFor returns a node's containerd configuration with
+// restrict_oom_score_adj set (restrictOOM) and the registry hosts
+// directory named (hostsDir, where up writes mirrors; containerd reads
+// none by default).
+func containerdConfigFor(config []byte, restrictOOM, hostsDir bool) ([]byte, error) {
+	var doc map[string]any
+	if err := toml.Unmarshal(config, &doc); err != nil {
+		return nil, err
+	}
+	table := func(parent map[string]any, key string) map[string]any {
+		t, _ := parent[key].(map[string]any)
+		if t == nil {
+			t = map[string]any{}
+			parent[key] = t
+		}
+		return t
+	}
+	plugins := table(doc, "plugins")
+	var what []string
+	if restrictOOM {
+		table(plugins, "io.containerd.cri.v1.runtime")["restrict_oom_score_adj"] = true
+		what = append(what, "restrict_oom_score_adj = true")
+	}
+	if hostsDir {
+		reg := table(table(plugins, "io.containerd.cri.v1.images"), "registry")
+		if _, set := reg["config_path"]; !set {
+			reg["config_path"] = "/etc/containerd/certs.d"
+			what = append(what, "registry config_path = /etc/containerd/certs.d")
+		}
+	}
+	out, err := toml.Marshal(doc)
+	if err != nil {
+		return nil, err
+	}
+	return append([]byte("# Written by kcompile up: the compiled /"+containerdConfig+" with "+strings.Join(what, " and ")+".\n"), out...), nil
+}

@@ -1,0 +1,345 @@
+package nspawn
+
+import (
+	"context"
+	"encoding/json"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	toml "github.com/pelletier/go-toml/v2"
+
+	"github.com/kcompile/kcompile/compiler"
+	"github.com/kcompile/kcompile/compiler/ir"
+	"github.com/kcompile/kcompile/fixture"
+	"github.com/kcompile/kcompile/targets"
+	"github.com/kcompile/kcompile/targets/systemd"
+	"github.com/kcompile/kcompile/targets/unitfile"
+)
+
+func TestPlanNamesAndGateways(t *testing.T) {
+	single, err := newPlan(fixture.Cluster(t, "single-node", nil), "/var/lib/kcompile/up/lab")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// No gateway in the spec: the host takes the first free address.
+	if len(single.gateways) != 1 || single.gateways[0] != netip.MustParsePrefix("192.168.50.1/24") {
+		t.Errorf("gateways %v", single.gateways)
+	}
+	if single.endpoint.IsValid() {
+		t.Errorf("the endpoint is the node's own address, yet up would serve %s", single.endpoint)
+	}
+	ha, err := newPlan(fixture.Cluster(t, "ha-stacked", nil), "/var/lib/kcompile/up/prod-eu1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ha.gateways) != 1 || ha.gateways[0] != netip.MustParsePrefix("10.0.0.1/16") {
+		t.Errorf("the spec's gateway: %v", ha.gateways)
+	}
+	if ha.endpoint != netip.MustParseAddrPort("10.0.0.10:6443") {
+		t.Errorf("the VIP no node holds: %v", ha.endpoint)
+	}
+	if single.id == ha.id {
+		t.Error("two work directories, one id")
+	}
+	for _, m := range ha.machines {
+		if len(m.hostLink) > 15 || !strings.HasPrefix(m.hostLink, namePrefix+ha.id) || !strings.HasPrefix(m.netns, namePrefix+ha.id) {
+			t.Errorf("machine %s: device %q, namespace %q", m.name, m.hostLink, m.netns)
+		}
+		if len(m.addrs) != 1 || m.addrs[0].Bits() != 16 {
+			t.Errorf("machine %s: addresses %v", m.name, m.addrs)
+		}
+	}
+}
+
+func TestMachineIDsAreStableAndDistinct(t *testing.T) {
+	a, b := machineID("lab", "w1"), machineID("lab", "w2")
+	if a == b || a != machineID("lab", "w1") || len(a) != 32 {
+		t.Errorf("%s %s", a, b)
+	}
+	if u := uuid(a); len(u) != 36 || strings.Count(u, "-") != 4 {
+		t.Errorf("uuid %s", u)
+	}
+}
+
+func TestJournalRefusesWhatUpNeverMakes(t *testing.T) {
+	work := t.TempDir()
+	for _, r := range []Resource{
+		{Kind: KindDir, Name: "/etc"},
+		{Kind: KindDir, Name: filepath.Join(work, "..", "x")},
+		{Kind: KindLink, Name: "eth0"},
+		{Kind: KindNetns, Name: "production"},
+		{Kind: KindProcess, Name: "init", PID: 1},
+		{Kind: "file", Name: filepath.Join(work, "f")},
+	} {
+		data, _ := json.Marshal(State{Cluster: "x", Resources: []Resource{r}})
+		if err := os.WriteFile(filepath.Join(work, StateName), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ReadState(work); err == nil {
+			t.Errorf("a journal listing %+v was accepted", r)
+		}
+	}
+	ok := State{Cluster: "x", Resources: []Resource{{Kind: KindDir, Name: filepath.Join(work, "machines")}, {Kind: KindLink, Name: "kcabc123"}}}
+	data, _ := json.Marshal(ok)
+	if err := os.WriteFile(filepath.Join(work, StateName), data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadState(work); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestUndoRemovesOnlyWhatTheJournalLists(t *testing.T) {
+	work := t.TempDir()
+	mine := filepath.Join(work, "machines")
+	theirs := filepath.Join(work, "keep")
+	for _, d := range []string{filepath.Join(mine, "a"), theirs} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	j := &journal{path: filepath.Join(work, StateName), state: State{Cluster: "x"}}
+	if err := j.record(Resource{Kind: KindDir, Name: mine}); err != nil {
+		t.Fatal(err)
+	}
+	if err := Down(t.Context(), work, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(mine); !os.IsNotExist(err) {
+		t.Errorf("%s survived: %v", mine, err)
+	}
+	if _, err := os.Stat(theirs); err != nil {
+		t.Errorf("what up did not make was removed: %v", err)
+	}
+	if _, err := os.Stat(j.path); !os.IsNotExist(err) {
+		t.Errorf("the journal survived: %v", err)
+	}
+}
+
+func TestKubeletDropInRunsTheCompiledCommand(t *testing.T) {
+	tree, err := systemd.Build(fixture.Material(t, "single-node", nil), systemd.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := kubeletDropIn(tree, "box")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := unitfile.Parse(data)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, data)
+	}
+	f, _ := tree.Get(targets.NodePath("box", "etc/systemd/system/kubelet.service"))
+	u, err := unitfile.Parse(f.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := d.Get("Service", "ExecStart"); len(got) != 2 || got[0] != "" {
+		t.Fatalf("the drop-in must reset ExecStart first: %q", got)
+	}
+	want := append(u.Commands("Service", "ExecStart")[0].Argv, "--fail-cgroupv1=false")
+	if got := d.Commands("Service", "ExecStart"); len(got) != 1 || !slices.Equal(got[0].Argv, want) {
+		t.Errorf("drop-in runs %v, want %v", got, want)
+	}
+}
+
+func TestContainerdConfigKeepsTheCompiledOne(t *testing.T) {
+	tree, err := systemd.Build(fixture.Material(t, "single-node", nil), systemd.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, _ := tree.Get(targets.NodePath("box", containerdConfig))
+	out, err := containerdConfigFor(f.Data, true, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var before, after map[string]any
+	if err := toml.Unmarshal(f.Data, &before); err != nil {
+		t.Fatal(err)
+	}
+	if err := toml.Unmarshal(out, &after); err != nil {
+		t.Fatal(err)
+	}
+	plugins := after["plugins"].(map[string]any)
+	rt := plugins["io.containerd.cri.v1.runtime"].(map[string]any)
+	reg := plugins["io.containerd.cri.v1.images"].(map[string]any)["registry"].(map[string]any)
+	if rt["restrict_oom_score_adj"] != true || reg["config_path"] != "/etc/containerd/certs.d" {
+		t.Errorf("adjusted config:\n%s", out)
+	}
+	// Everything compiled is still there.
+	delete(rt, "restrict_oom_score_adj")
+	delete(plugins["io.containerd.cri.v1.images"].(map[string]any), "registry")
+	a, _ := json.Marshal(before)
+	b, _ := json.Marshal(after)
+	if string(a) != string(b) {
+		t.Errorf("the compiled configuration changed beyond the two keys:\n%s\n%s", a, b)
+	}
+}
+
+func TestCheckRefusesWhatCannotBootHere(t *testing.T) {
+	why := strings.Join(Check(fixture.Cluster(t, "ha-stacked", nil)), "\n")
+	if !strings.Contains(why, "network.cni.plugin calico") {
+		t.Errorf("calico accepted:\n%s", why)
+	}
+	why = strings.Join(Check(fixture.Cluster(t, "single-node", nil)), "\n")
+	if strings.Contains(why, "network.") || strings.Contains(why, "runtime.") {
+		t.Errorf("single-node refused:\n%s", why)
+	}
+}
+
+func TestSplitYAML(t *testing.T) {
+	docs := splitYAML([]byte("# Generated.\n---\na: 1\n---\n# only a comment\n---\nb: 2\n...\n"))
+	if len(docs) != 2 || string(docs[0]) != "a: 1" {
+		t.Errorf("%q", docs)
+	}
+}
+
+// fakeRegistry names registries without serving.
+type fakeRegistry []string
+
+func (f fakeRegistry) Serve(context.Context, netip.AddrPort) error { return nil }
+func (f fakeRegistry) Registries() []string                        { return f }
+
+// compileDir compiles a spec directory with extra files.
+func compileDir(t *testing.T, dir string, extra map[string]string) *ir.Cluster {
+	t.Helper()
+	src := compiler.Source{Dir: dir, Overlay: map[string][]byte{}}
+	for f, s := range extra {
+		src.Overlay[f] = []byte(s)
+	}
+	c, diags := compiler.Compile(src)
+	if c == nil {
+		t.Fatalf("%s: %v", dir, diags)
+	}
+	return c
+}
+
+func TestMirrorAddress(t *testing.T) {
+	regs := fakeRegistry{"ghcr.io", "registry.k8s.io", "registry.kcompile.test"}
+	three := fixture.Path("targets/nspawn/testdata/three-nodes")
+	for _, tc := range []struct {
+		name    string
+		cluster *ir.Cluster
+		at      string
+		adjust  string
+		err     string
+	}{
+		{name: "the spec's mirror", cluster: compileDir(t, three, nil), at: "10.77.0.2:5000"},
+		{name: "no mirror", cluster: fixture.Cluster(t, "single-node", nil), at: "192.168.50.1:5000",
+			adjust: "ghcr.io, registry.k8s.io, registry.kcompile.test → http://192.168.50.1:5000"},
+		{name: "one registry without", cluster: compileDir(t, three, map[string]string{"x.cue": "package cluster\nruntime: mirrors: \"docker.io\": [\"http://10.77.0.2:5000\"]\n"}),
+			at: "10.77.0.2:5000"},
+		{name: "unservable", cluster: compileDir(t, fixture.Path("examples/single-node"), map[string]string{"x.cue": "package cluster\nruntime: mirrors: \"registry.k8s.io\": [\"https://mirror.example.com\"]\n"}),
+			err: "registry.k8s.io (https://mirror.example.com) name no endpoint up can serve"},
+		{name: "a node's address", cluster: compileDir(t, fixture.Path("examples/single-node"), map[string]string{"x.cue": "package cluster\nruntime: mirrors: \"registry.k8s.io\": [\"http://192.168.50.10:5000\"]\n"}),
+			err: "name no endpoint up can serve"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := newPlan(tc.cluster, "/w")
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := &Cluster{cfg: Config{Cluster: tc.cluster, Registry: regs}, p: p}
+			at, adjust, err := c.mirrorAddress()
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("error %v, want %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if at.String() != tc.at || adjust != tc.adjust {
+				t.Errorf("served at %s with adjustment %q, want %s and %q", at, adjust, tc.at, tc.adjust)
+			}
+		})
+	}
+}
+
+func TestResolveIn(t *testing.T) {
+	top, image := t.TempDir(), t.TempDir()
+	for _, d := range []string{"usr/lib/modules", "usr/bin", "etc/alternatives"} {
+		if err := os.MkdirAll(filepath.Join(image, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for link, target := range map[string]string{"lib": "usr/lib", "sbin": "/usr/bin", "etc/alt": "../etc/alternatives"} {
+		if err := os.Symlink(target, filepath.Join(image, link)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The top layer has a real lib: it wins over the image's link.
+	if err := os.MkdirAll(filepath.Join(top, "var/lib"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for in, want := range map[string]string{
+		"lib/modules/6.1/modules.builtin": "usr/lib/modules/6.1/modules.builtin",
+		"sbin/x":                          "usr/bin/x",
+		"etc/alt/y":                       "etc/alternatives/y",
+		"var/lib/z":                       "var/lib/z",
+		"lib":                             "lib",
+		".kcompile-up/init":               ".kcompile-up/init",
+	} {
+		if got := resolveIn([]string{top, image}, in); got != want {
+			t.Errorf("resolveIn(%s) = %s, want %s", in, got, want)
+		}
+	}
+}
+
+// TestReadmeListsEveryAdjustment holds the README's table of adjustments
+// to what decide applies, on a host that needs every one of them.
+func TestReadmeListsEveryAdjustment(t *testing.T) {
+	c := fixture.Cluster(t, "ha-stacked", nil)
+	tree, err := systemd.Build(fixture.Material(t, "ha-stacked", nil), systemd.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := newPlan(c, "/w")
+	if err != nil {
+		t.Fatal(err)
+	}
+	applied := map[string]bool{}
+	for _, target := range []Target{TargetSystemd, TargetCloudInit} {
+		a, err := decide(c, p, hostFacts{cgroupV1: true, noSysResource: true}, tree, target, "registry.k8s.io → http://10.0.0.1:5000")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, x := range a.list {
+			if x.Name == "" || x.What == "" || x.Why == "" {
+				t.Errorf("adjustment %+v lacks a name, what or why", x)
+			}
+			applied[x.Name] = true
+		}
+	}
+	data, err := os.ReadFile(fixture.Path("README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(data), "### What up does that the compiled tree does not say")
+	if !ok {
+		t.Fatal("README.md has no section on up's adjustments")
+	}
+	section, _, _ = strings.Cut(section, "\n## ")
+	listed := map[string]bool{}
+	for _, line := range strings.Split(section, "\n") {
+		if rest, ok := strings.CutPrefix(line, "| `"); ok {
+			name, _, _ := strings.Cut(rest, "`")
+			listed[name] = true
+		}
+	}
+	for n := range applied {
+		if !listed[n] {
+			t.Errorf("up applies %s, which README.md does not list", n)
+		}
+	}
+	for n := range listed {
+		if !applied[n] {
+			t.Errorf("README.md lists %s, which up never applies", n)
+		}
+	}
+}

@@ -1,0 +1,834 @@
+// Package nspawn boots a compiled cluster for real: every node a
+// systemd-nspawn machine whose root is a stock Debian image overlaid with
+// the node's systemd tree (or seeded with its cloud-init), real systemd as
+// PID 1, one network namespace per node on a host bridge, the images the
+// cluster needs served by a registry of its own. What the host needs that
+// the tree does not say is an Adjustment, printed, never hidden in the
+// tree; everything made on the host is journalled under the work
+// directory so that Down removes it, also after a crash.
+package nspawn
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/kcompile/kcompile/compiler/ir"
+	"github.com/kcompile/kcompile/targets"
+)
+
+// Target is what a machine boots from.
+type Target string
+
+const (
+	// TargetSystemd lays the node's systemd tree over the image.
+	TargetSystemd Target = "systemd"
+	// TargetCloudInit boots the stock image with the node's NoCloud
+	// seed, as a network-booted machine would.
+	TargetCloudInit Target = "cloudinit"
+)
+
+// Config is one `kcompile up`.
+type Config struct {
+	Cluster *ir.Cluster
+	// Systemd is the systemd tree; CloudInit the cloud-init tree, for
+	// TargetCloudInit.
+	Systemd, CloudInit *targets.Tree
+	Target             Target
+	// Work is the work directory (absolute): the trees, the machines'
+	// layers and logs, the journal.
+	Work string
+	// Image is a root file system to boot; empty, the Debian image
+	// cached under Cache (built once with debootstrap).
+	Image, Cache string
+	// Binaries holds the nodes' binaries by name (kubelet, etcd, runc,
+	// bridge...); up lays them out where the install unit expects them,
+	// in a layer between the tree and the image.
+	Binaries string
+	// Registry serves the images the cluster pulls; nil serves none.
+	Registry Registry
+	// Version is kcompile's, recorded in the trees' manifests.
+	Version string
+	// Log receives progress, one line per step.
+	Log io.Writer
+	// Now is the clock progress is timed with.
+	Now func() time.Time
+	// Timeout bounds the whole boot, until the addons are ready.
+	Timeout time.Duration
+}
+
+// Registry is the image registry up serves to the machines.
+type Registry interface {
+	// Serve listens on addr until ctx ends; it returns once listening.
+	Serve(ctx context.Context, addr netip.AddrPort) error
+	// Registries are the registry hosts the cluster's images name.
+	Registries() []string
+}
+
+// Cluster is a booted cluster.
+type Cluster struct {
+	cfg    Config
+	p      *plan
+	adjust *adjustments
+	j      *journal
+	// jmu guards the journal, written by the supervisors too.
+	jmu    sync.Mutex
+	events chan *machine
+	start  time.Time
+	ctx    context.Context
+	cancel context.CancelFunc
+	bal    *balancer
+	image  string
+	// binaries is the overlay layer of --binaries.
+	binaries string
+	mirror   netip.AddrPort
+	// ownWork says up made the work directory itself.
+	ownWork bool
+}
+
+// Adjustments are what up applied beyond the compiled tree.
+func (c *Cluster) Adjustments() []Adjustment { return slices.Clone(c.adjust.list) }
+
+// Kubeconfig is the admin kubeconfig's path.
+func (c *Cluster) Kubeconfig() string {
+	return filepath.Join(c.cfg.Work, "tree", "cluster", "admin.conf")
+}
+
+func (c *Cluster) logf(format string, args ...any) {
+	if c.cfg.Log == nil {
+		return
+	}
+	d := c.cfg.Now().Sub(c.start).Round(100 * time.Millisecond)
+	fmt.Fprintf(c.cfg.Log, "[%6.1fs] %s\n", d.Seconds(), fmt.Sprintf(format, args...))
+}
+
+// Check says why a cluster cannot be booted here, before anything is
+// made: what it says is all there is to fix.
+func Check(c *ir.Cluster) []string {
+	var why []string
+	switch c.Network.CNI.Plugin {
+	case "flannel":
+		if c.Network.CNI.Mode == "wireguard" {
+			why = append(why, "network.cni.mode wireguard: this host's kernel cannot make wireguard devices inside a namespace; use vxlan or host-gw")
+		}
+	default:
+		why = append(why, fmt.Sprintf("network.cni.plugin %s: its images cannot be built from Go sources here, so up cannot serve them; up boots flannel clusters", c.Network.CNI.Plugin))
+	}
+	if c.Runtime.Engine != "containerd" {
+		why = append(why, fmt.Sprintf("runtime.engine %s: up boots containerd nodes only", c.Runtime.Engine))
+	}
+	if c.Network.KubeProxyMode == "ipvs" {
+		why = append(why, "network.kubeProxy.mode ipvs: this host's kernel has no IPVS modules and none can be loaded; use nftables or iptables")
+	}
+	for _, tool := range []string{"systemd-nspawn", "ip", "unshare", "nsenter"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			why = append(why, tool+" is not installed (Debian: systemd-container, iproute2, util-linux)")
+		}
+	}
+	if os.Geteuid() != 0 {
+		why = append(why, "up makes network namespaces, devices and machines: run it as root")
+	}
+	return why
+}
+
+// Up boots the cluster and returns when every node is Ready and the
+// addons are running; on failure everything made is removed again.
+func Up(ctx context.Context, cfg Config) (_ *Cluster, err error) {
+	if why := Check(cfg.Cluster); len(why) > 0 {
+		return nil, fmt.Errorf("this cluster cannot be booted here:\n  %s", strings.Join(why, "\n  "))
+	}
+	if err := workPathOK(cfg.Work); err != nil {
+		return nil, err
+	}
+	if prev, err := ReadState(cfg.Work); err == nil && prev.Owner.alive() {
+		return nil, fmt.Errorf("a kcompile up (pid %d) runs the cluster in %s: kcompile down --work %s stops it", prev.Owner.PID, cfg.Work, cfg.Work)
+	}
+	p, err := newPlan(cfg.Cluster, cfg.Work)
+	if err != nil {
+		return nil, err
+	}
+	if err := routeClash(cfg.Cluster.Network.NodeNetworks); err != nil {
+		return nil, err
+	}
+	if linkExists(p.bridge) {
+		return nil, fmt.Errorf("the host already has a device %s: another kcompile up with work directory %s runs; kcompile down --work %s stops it", p.bridge, cfg.Work, cfg.Work)
+	}
+	if cfg.Target == TargetCloudInit && cfg.CloudInit == nil {
+		return nil, errors.New("kcompile bug: the cloud-init target without its tree")
+	}
+	h, err := readHostFacts()
+	if err != nil {
+		return nil, err
+	}
+	c := &Cluster{cfg: cfg, p: p, events: make(chan *machine, len(p.machines)), start: cfg.Now()}
+	mirror, mirrorAdjust, err := c.mirrorAddress()
+	if err != nil {
+		return nil, err
+	}
+	c.mirror = mirror
+	c.adjust, err = decide(cfg.Cluster, p, h, cfg.Systemd, cfg.Target, mirrorAdjust)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.claimWork(); err != nil {
+		return nil, err
+	}
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	defer func() {
+		if err != nil {
+			c.logf("boot failed; removing what up made")
+			dctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			if derr := c.Down(dctx); derr != nil {
+				err = fmt.Errorf("%w; cleaning up also failed: %v", err, derr)
+			}
+		}
+	}()
+	for _, a := range c.adjust.list {
+		c.logf("adjustment: %s", a)
+	}
+	if cfg.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, cfg.Timeout)
+		defer cancel()
+	}
+	if err := c.prepare(ctx); err != nil {
+		return nil, err
+	}
+	if err := c.bootAll(); err != nil {
+		return nil, err
+	}
+	if err := c.waitReady(ctx); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// claimWork makes the work directory up's, or refuses one that is not.
+func (c *Cluster) claimWork() error {
+	work := c.cfg.Work
+	c.j = &journal{path: filepath.Join(work, StateName), state: State{Cluster: c.cfg.Cluster.Name}}
+	entries, err := os.ReadDir(work)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		if err := os.MkdirAll(work, 0o700); err != nil {
+			return err
+		}
+		c.ownWork = true
+	case err != nil:
+		return err
+	default:
+		prev, serr := ReadState(work)
+		switch {
+		case serr == nil:
+			if prev.Owner.alive() {
+				return fmt.Errorf("a kcompile up (pid %d) runs the cluster in %s: kcompile down --work %s stops it", prev.Owner.PID, work, work)
+			}
+			c.logf("a previous kcompile up in %s did not stop; removing what it made", work)
+			if err := Down(context.Background(), work, c.cfg.Log); err != nil {
+				return err
+			}
+			entries, err = os.ReadDir(work)
+			if errors.Is(err, fs.ErrNotExist) {
+				if err := os.MkdirAll(work, 0o700); err != nil {
+					return err
+				}
+				c.ownWork = true
+				entries = nil
+			} else if err != nil {
+				return err
+			}
+		case !errors.Is(serr, fs.ErrNotExist):
+			return serr
+		}
+		if len(entries) > 0 {
+			return fmt.Errorf("work directory %s holds files kcompile up did not make: empty it or choose another with --work", work)
+		}
+	}
+	self := os.Getpid()
+	c.j.state.Owner = Resource{Kind: KindProcess, Name: "kcompile up", PID: self, Start: processStart(self)}
+	c.j.state.Kubeconfig = c.Kubeconfig()
+	if c.ownWork {
+		if err := c.j.record(Resource{Kind: KindDir, Name: work}); err != nil {
+			return err
+		}
+	}
+	return c.j.save()
+}
+
+// mkdir makes a directory of up's under the work directory, journalled.
+func (c *Cluster) mkdir(dir string) error {
+	if err := c.j.record(Resource{Kind: KindDir, Name: dir}); err != nil {
+		return err
+	}
+	return os.MkdirAll(dir, 0o700)
+}
+
+// prepare writes the trees, finds the image, lays out each machine and
+// the network, and starts the registry and the endpoint.
+func (c *Cluster) prepare(ctx context.Context) error {
+	cfg := c.cfg
+	for name, tree := range map[string]*targets.Tree{"tree": cfg.Systemd, "cloudinit": cfg.CloudInit} {
+		if tree == nil {
+			continue
+		}
+		dir := filepath.Join(cfg.Work, name)
+		if err := c.j.record(Resource{Kind: KindDir, Name: dir}); err != nil {
+			return err
+		}
+		if _, err := targets.Write(dir, tree, targets.WriteOptions{Version: cfg.Version}); err != nil {
+			return err
+		}
+	}
+	c.image = cfg.Image
+	if c.image == "" {
+		var err error
+		c.image, err = ensureImage(cfg.Cache, cfg.Log, c.logf)
+		if err != nil {
+			return err
+		}
+	}
+	if _, err := os.Stat(filepath.Join(c.image, "lib", "systemd", "systemd")); err != nil {
+		return fmt.Errorf("image %s has no /lib/systemd/systemd: it is not a systemd root file system", c.image)
+	}
+	binaries, err := c.binariesLayer()
+	if err != nil {
+		return err
+	}
+	c.binaries = binaries
+	if err := c.bridge(); err != nil {
+		return err
+	}
+	if cfg.Registry != nil {
+		if err := cfg.Registry.Serve(c.ctx, c.mirror); err != nil {
+			return fmt.Errorf("image registry on %s: %v", c.mirror, err)
+		}
+		c.logf("image registry serving on %s", c.mirror)
+	}
+	if c.p.endpoint.IsValid() {
+		var backends []netip.AddrPort
+		for _, m := range c.p.machines {
+			if m.node.Runs(ir.ComponentAPIServer) {
+				backends = append(backends, netip.AddrPortFrom(m.node.Address(), uint16(cfg.Cluster.Endpoint.Port)))
+			}
+		}
+		b, err := serveBalancer(c.p.endpoint, backends)
+		if err != nil {
+			return fmt.Errorf("API endpoint %s: %v", c.p.endpoint, err)
+		}
+		c.bal = b
+	}
+	for _, m := range c.p.machines {
+		if err := c.layout(m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// binariesLayer lays the binaries of --binaries (a directory holding
+// them by name: kubelet, etcd, runc, bridge...) out at the paths the
+// install unit checks, as an overlay layer under the work directory
+// (hard links, or copies across file systems). A binary that neither it
+// nor the image has is reported before anything boots: the install unit
+// would fail the same way, later and inside a machine.
+func (c *Cluster) binariesLayer() (string, error) {
+	if c.cfg.Cluster.Install.Source == "download" && c.cfg.Binaries == "" {
+		return "", nil
+	}
+	layer := filepath.Join(c.cfg.Work, "binaries")
+	if err := c.mkdir(layer); err != nil {
+		return "", err
+	}
+	var missing []string
+	seen := map[string]bool{}
+	for _, n := range c.cfg.Cluster.Nodes {
+		for _, b := range n.Binaries {
+			if seen[b.Path] {
+				continue
+			}
+			seen[b.Path] = true
+			src := ""
+			if c.cfg.Binaries != "" {
+				src = filepath.Join(c.cfg.Binaries, filepath.Base(b.Path))
+			}
+			if isExecutable(src) {
+				if err := linkOrCopy(src, filepath.Join(layer, b.Path)); err != nil {
+					return "", err
+				}
+				continue
+			}
+			if c.cfg.Cluster.Install.Source != "download" && !isExecutable(filepath.Join(c.image, b.Path)) {
+				missing = append(missing, b.Path)
+			}
+		}
+	}
+	if len(missing) > 0 {
+		where := "--binaries DIR (binaries by name)"
+		if c.cfg.Binaries != "" {
+			where = c.cfg.Binaries
+		}
+		return "", fmt.Errorf("the nodes' install unit needs %s, which neither %s nor the image holds", strings.Join(missing, ", "), where)
+	}
+	return layer, nil
+}
+
+func isExecutable(p string) bool {
+	if p == "" {
+		return false
+	}
+	st, err := os.Stat(p)
+	return err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0
+}
+
+// linkOrCopy puts src at dst: a hard link, or a copy where src lies on
+// another file system.
+func linkOrCopy(src, dst string) error {
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return err
+	}
+	if err := os.Link(src, dst); err == nil {
+		return nil
+	}
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o755)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+// bridge makes the bridge joining the machines, with the gateways, the
+// endpoint and the registry on the host's side.
+func (c *Cluster) bridge() error {
+	p := c.p
+	if err := c.j.record(Resource{Kind: KindLink, Name: p.bridge}); err != nil {
+		return err
+	}
+	if err := ip("link", "add", p.bridge, "mtu", mtuArg(p.mtu), "type", "bridge"); err != nil {
+		return err
+	}
+	addrs := slices.Clone(p.gateways)
+	for _, extra := range []netip.Addr{p.endpoint.Addr(), c.mirror.Addr()} {
+		if !extra.IsValid() {
+			continue
+		}
+		held := false
+		for _, a := range addrs {
+			held = held || a.Addr() == extra
+		}
+		if held {
+			continue
+		}
+		nw, _ := networkOf(c.cfg.Cluster, extra)
+		addrs = append(addrs, netip.PrefixFrom(extra, nw.Bits()))
+	}
+	for _, a := range addrs {
+		if err := ip("addr", "add", addrArg(a), "dev", p.bridge); err != nil {
+			return err
+		}
+	}
+	if err := ip("link", "set", p.bridge, "up"); err != nil {
+		return err
+	}
+	var shown []string
+	for _, a := range addrs {
+		shown = append(shown, a.String())
+	}
+	c.logf("bridge %s: %s", p.bridge, strings.Join(shown, ", "))
+	return nil
+}
+
+// layout makes a machine's directory and writes up's files into its
+// upper layer (never into the tree).
+func (c *Cluster) layout(m *machine) error {
+	m.dir = filepath.Join(c.cfg.Work, "machines", m.name)
+	m.done = make(chan struct{})
+	if err := c.mkdir(m.dir); err != nil {
+		return err
+	}
+	for _, d := range []string{m.upper(), m.workDir(), m.root(), m.containerdDir()} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
+	m.lowers = nil
+	if c.cfg.Target == TargetSystemd {
+		m.lowers = append(m.lowers, filepath.Join(c.cfg.Work, "tree", "nodes", m.name))
+	}
+	if c.binaries != "" {
+		m.lowers = append(m.lowers, c.binaries)
+	}
+	m.lowers = append(m.lowers, c.image)
+	files, err := c.adjust.machineFiles(c.cfg.Systemd, m)
+	if err != nil {
+		return err
+	}
+	files[strings.TrimPrefix(initPath, "/")] = []byte(c.adjust.init)
+	if c.cfg.Target == TargetCloudInit {
+		for _, f := range []string{"user-data", "meta-data", "network-config"} {
+			t, ok := c.cfg.CloudInit.Get(targets.NodePath(m.name, f))
+			if !ok {
+				if f == "network-config" {
+					continue
+				}
+				return fmt.Errorf("the cloud-init tree has no %s for node %s", f, m.name)
+			}
+			files["var/lib/cloud/seed/nocloud/"+f] = t.Data
+		}
+	}
+	mirrors, err := c.mirrorFiles()
+	if err != nil {
+		return err
+	}
+	for p, data := range mirrors {
+		files[p] = data
+	}
+	names := make([]string, 0, len(files))
+	for n := range files {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		// A directory in the upper layer hides a symbolic link of the
+		// same name below it: lib/modules must land in usr/lib/modules
+		// where the image's /lib is a link to usr/lib.
+		full := filepath.Join(m.upper(), resolveIn(m.lowers, n))
+		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+			return err
+		}
+		mode := os.FileMode(0o644)
+		if "/"+n == initPath {
+			mode = 0o755
+		}
+		if err := os.WriteFile(full, files[n], mode); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// resolveIn resolves the symbolic links among rel's directories as the
+// union of the layers (top first) shows them, giving the root-relative
+// path at which a file written above them appears at /rel.
+func resolveIn(layers []string, rel string) string {
+	parts := strings.Split(filepath.Clean(rel), "/")
+	for hops := 0; hops < 40; hops++ {
+		changed := false
+		for i := 0; i < len(parts)-1 && !changed; i++ {
+			prefix := filepath.Join(parts[:i+1]...)
+			for _, l := range layers {
+				info, err := os.Lstat(filepath.Join(l, prefix))
+				if err != nil {
+					continue
+				}
+				if info.Mode()&os.ModeSymlink != 0 {
+					target, err := os.Readlink(filepath.Join(l, prefix))
+					if err != nil {
+						return rel
+					}
+					if !filepath.IsAbs(target) {
+						target = filepath.Join("/", filepath.Dir("/"+prefix), target)
+					}
+					next := strings.TrimPrefix(filepath.Clean(target), "/")
+					parts = append(strings.Split(next, "/"), parts[i+1:]...)
+					changed = true
+				}
+				break
+			}
+		}
+		if !changed {
+			return filepath.Join(parts...)
+		}
+	}
+	return rel
+}
+
+// bootAll starts every machine.
+func (c *Cluster) bootAll() error {
+	for _, m := range c.p.machines {
+		c.jmu.Lock()
+		err := c.boot(m)
+		c.jmu.Unlock()
+		if err != nil {
+			return err
+		}
+		go c.supervise(m)
+	}
+	c.logf("machines started: %d", len(c.p.machines))
+	return nil
+}
+
+// waitReady follows the boot through its phases: etcd quorum, API
+// ready, addons applied, nodes Ready, addons running.
+func (c *Cluster) waitReady(ctx context.Context) error {
+	tree := c.cfg.Systemd
+	admin, ok := tree.Get(targets.ClusterPath("super-admin.conf"))
+	if !ok {
+		return errors.New("kcompile bug: the cluster tree has no super-admin.conf")
+	}
+	k, err := newKube(admin.Data)
+	if err != nil {
+		return err
+	}
+	poll := func(what string, f func() (bool, string)) error {
+		last := ""
+		for {
+			ok, status := f()
+			if status != last {
+				c.logf("%s: %s", what, status)
+				last = status
+			}
+			if ok {
+				return nil
+			}
+			select {
+			case <-ctx.Done():
+				if errors.Is(ctx.Err(), context.Canceled) {
+					return fmt.Errorf("interrupted while waiting for %s (%s)", what, status)
+				}
+				return fmt.Errorf("%s: %s when the time ran out (%w)%s", what, status, ctx.Err(), c.hints())
+			case m := <-c.events:
+				return m.err
+			case <-time.After(500 * time.Millisecond):
+			}
+		}
+	}
+	etcd, err := c.etcdClient()
+	if err != nil {
+		return err
+	}
+	members := c.cfg.Cluster.Etcd.Members
+	if err := poll("etcd quorum", func() (bool, string) {
+		healthy := 0
+		for _, mem := range members {
+			if etcd.healthy(ctx, mem.ClientURL) {
+				healthy++
+			}
+		}
+		return healthy > len(members)/2, fmt.Sprintf("%d/%d members healthy", healthy, len(members))
+	}); err != nil {
+		return err
+	}
+	if err := poll("API", func() (bool, string) {
+		if k.ready(ctx) {
+			return true, "ready (" + c.cfg.Cluster.Endpoint.URL + "/readyz)"
+		}
+		return false, "not ready"
+	}); err != nil {
+		return err
+	}
+	addons := tree.Files()
+	for _, f := range addons {
+		rel, ok := strings.CutPrefix(f.Path, "cluster/addons/")
+		if !ok {
+			continue
+		}
+		var n int
+		if err := poll("addons", func() (bool, string) {
+			var err error
+			n, err = k.apply(ctx, rel, f.Data)
+			if err != nil {
+				return false, "applying " + rel + ": " + err.Error()
+			}
+			return true, fmt.Sprintf("applied %s (%d objects) with super-admin.conf", rel, n)
+		}); err != nil {
+			return err
+		}
+	}
+	want := 0
+	for _, m := range c.p.machines {
+		if m.node.RunsPods() {
+			want++
+		}
+	}
+	if err := poll("nodes", func() (bool, string) {
+		nodes, err := k.nodes(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+		ready := 0
+		for _, n := range nodes {
+			if nodeReady(n) {
+				ready++
+			}
+		}
+		return ready == want, fmt.Sprintf("%d/%d Ready", ready, want)
+	}); err != nil {
+		return err
+	}
+	if err := poll("addons", func() (bool, string) {
+		return k.workloadsReady(ctx)
+	}); err != nil {
+		return err
+	}
+	c.logf("cluster %s is up: kubectl --kubeconfig %s get nodes", c.cfg.Cluster.Name, c.Kubeconfig())
+	return nil
+}
+
+// hints is what to look at when a boot times out: each machine's failed
+// units.
+func (c *Cluster) hints() string {
+	var b strings.Builder
+	hctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, m := range c.p.machines {
+		out, err := m.exec(hctx, "systemctl", "list-units", "--failed", "--no-legend", "--plain")
+		if err != nil {
+			fmt.Fprintf(&b, "\n  %s: %v (console: %s)", m.name, err, m.console())
+			continue
+		}
+		if s := strings.TrimSpace(string(out)); s != "" {
+			fmt.Fprintf(&b, "\n  %s: failed units:\n    %s", m.name, strings.ReplaceAll(s, "\n", "\n    "))
+		}
+	}
+	return b.String()
+}
+
+// etcdClient dials etcd with the API server's client certificate from
+// the first control-plane node's tree.
+func (c *Cluster) etcdClient() (*etcdHealth, error) {
+	for _, m := range c.p.machines {
+		if !m.node.Runs(ir.ComponentAPIServer) {
+			continue
+		}
+		get := func(p string) ([]byte, error) {
+			f, ok := c.cfg.Systemd.Get(targets.NodePath(m.name, p))
+			if !ok {
+				return nil, fmt.Errorf("node %s has no %s", m.name, p)
+			}
+			return f.Data, nil
+		}
+		crt, err := get("etc/kubernetes/pki/apiserver-etcd-client.crt")
+		if err != nil {
+			return nil, err
+		}
+		key, err := get("etc/kubernetes/pki/apiserver-etcd-client.key")
+		if err != nil {
+			return nil, err
+		}
+		ca, err := get("etc/kubernetes/pki/etcd/ca.crt")
+		if err != nil {
+			return nil, err
+		}
+		cert, err := tls.X509KeyPair(crt, key)
+		if err != nil {
+			return nil, err
+		}
+		pool := x509.NewCertPool()
+		pool.AppendCertsFromPEM(ca)
+		return &etcdHealth{http: &http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}}}}, nil
+	}
+	return nil, errors.New("no control-plane node")
+}
+
+// Exec runs a command inside a node's machine.
+func (c *Cluster) Exec(ctx context.Context, node string, args ...string) ([]byte, error) {
+	m := c.machine(node)
+	if m == nil {
+		return nil, fmt.Errorf("no node %s", node)
+	}
+	return m.exec(ctx, args...)
+}
+
+// Reboot asks a node to reboot (systemctl reboot inside); up boots it
+// again with the same disk, in a fresh network namespace.
+func (c *Cluster) Reboot(ctx context.Context, node string) error {
+	m := c.machine(node)
+	if m == nil {
+		return fmt.Errorf("no node %s", node)
+	}
+	m.mu.Lock()
+	boots := m.boots
+	m.mu.Unlock()
+	if _, err := m.exec(ctx, "systemctl", "reboot"); err != nil {
+		return err
+	}
+	for {
+		m.mu.Lock()
+		b := m.boots
+		m.mu.Unlock()
+		if b > boots {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("node %s did not come back from its reboot: %w", node, ctx.Err())
+		case <-m.done:
+			return fmt.Errorf("node %s stopped instead of rebooting: %v", node, m.err)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func (c *Cluster) machine(node string) *machine {
+	for _, m := range c.p.machines {
+		if m.name == node {
+			return m
+		}
+	}
+	return nil
+}
+
+// Wait returns when a machine stops by itself (with why) or ctx ends.
+func (c *Cluster) Wait(ctx context.Context) error {
+	select {
+	case m := <-c.events:
+		return m.err
+	case <-ctx.Done():
+		return nil
+	}
+}
+
+// Down halts every machine and removes everything up made.
+func (c *Cluster) Down(ctx context.Context) error {
+	var wg sync.WaitGroup
+	for _, m := range c.p.machines {
+		if m.done == nil || m.cmd == nil {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if m.stop(ctx, 20*time.Second) {
+				c.logf("machine %s did not halt within 20 s: stopped by force", m.name)
+			}
+		}()
+	}
+	wg.Wait()
+	if c.cancel != nil {
+		c.cancel()
+	}
+	if c.bal != nil {
+		c.bal.close()
+	}
+	c.jmu.Lock()
+	defer c.jmu.Unlock()
+	if err := undo(ctx, c.j, c.cfg.Log); err != nil {
+		return err
+	}
+	c.logf("down: every machine stopped, every namespace, device and file up made removed")
+	return nil
+}
