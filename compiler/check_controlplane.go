@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/kcompile/kcompile/compiler/diag"
+	"github.com/kcompile/kcompile/compiler/ir"
 )
 
 const (
@@ -19,6 +20,10 @@ const (
 	CodeEndpointReserved = "KC0507"
 	CodePortClash        = "KC0508"
 	CodeNoPodNode        = "KC0509"
+	CodeVIPAddress       = "KC0510"
+	CodeVIPNetwork       = "KC0511"
+	CodeVIPSingle        = "KC0512"
+	CodeEndpointPort     = "KC0513"
 )
 
 func controlPlaneFamily() family {
@@ -32,6 +37,10 @@ func controlPlaneFamily() family {
 		rule(CodeEndpointReserved, diag.Error, "the API endpoint address is the network, broadcast or gateway address of a node network"),
 		rule(CodePortClash, diag.Error, "the API server's port is a port another component of its node listens on"),
 		rule(CodeNoPodNode, diag.Warning, "no node can run ordinary pods: every pod-running node is tainted NoSchedule or NoExecute"),
+		rule(CodeVIPAddress, diag.Error, "endpoint mode vip without an endpoint address"),
+		rule(CodeVIPNetwork, diag.Error, "the VIP lies in no node network, or a control-plane node has no address on the VIP's network"),
+		rule(CodeVIPSingle, diag.Warning, "a VIP in front of a single control-plane node"),
+		rule(CodeEndpointPort, diag.Error, "the port the endpoint's proxy listens on is taken on its nodes, or cannot be shared with the API servers"),
 	}}
 }
 
@@ -86,7 +95,91 @@ func checkControlPlane(m *model) {
 		}
 	}
 	checkPorts(m)
+	checkEndpointMode(m)
 	checkPodNodes(m)
+}
+
+// checkEndpointMode checks what serving the endpoint on the cluster's own
+// nodes takes: a VIP that VRRP can move between every control-plane node,
+// and ports the proxies can listen on.
+func checkEndpointMode(m *model) {
+	ep := m.spec.ControlPlane.Endpoint
+	if ep == nil {
+		return
+	}
+	var cps []*mnode
+	for _, n := range m.nodes {
+		if n.role == ir.RoleControlPlane {
+			cps = append(cps, n)
+		}
+	}
+	switch ep.Mode {
+	case string(ir.EndpointVIP):
+		if ep.Address == "" {
+			m.report(CodeVIPAddress, "controlPlane.endpoint.mode", "endpoint mode vip needs an address: keepalived holds an IP address, not a name",
+				"set controlPlane.endpoint.address to a free address of the control-plane nodes' network (a DNS name may still point at it)", "controlPlane.endpoint.host")
+			return
+		}
+		a, err := netip.ParseAddr(ep.Address)
+		if err != nil {
+			return
+		}
+		var on netip.Prefix
+		for _, p := range m.nodeNetworks() {
+			if p.Contains(a) {
+				on = p
+			}
+		}
+		if !on.IsValid() {
+			m.report(CodeVIPNetwork, "controlPlane.endpoint.address", fmt.Sprintf("VIP %s lies in no node network: VRRP moves an address only within the control-plane nodes' link", a),
+				"choose a free address of the control-plane nodes' network", "network.nodes")
+		} else {
+			for _, n := range cps {
+				if !slices.ContainsFunc(n.addrs, on.Contains) {
+					m.report(CodeVIPNetwork, n.fieldPath("address"), fmt.Sprintf("control-plane node %s has no address on the VIP's network %s: it can neither hold the VIP nor answer VRRP", n.name, on),
+						"put every control-plane node on the VIP's network, or serve the endpoint another way (mode external or nodeLocal)", "controlPlane.endpoint.address")
+				}
+			}
+		}
+		if len(cps) == 1 && !m.unexpanded {
+			m.report(CodeVIPSingle, "controlPlane.endpoint.mode", "a VIP in front of a single control-plane node has nowhere to fail over to",
+				"add control-plane nodes (three tolerate the loss of one), or drop the VIP until then")
+		}
+		checkProxyPort(m, "controlPlane.endpoint.port", ep.Port, "the VIP's HAProxy", false)
+		if ep.Port == m.spec.ControlPlane.APIServer.Port {
+			for _, n := range cps {
+				if n.spec.SecondaryAddress != "" {
+					m.report(CodeEndpointPort, "controlPlane.endpoint.port", fmt.Sprintf("the VIP's port %d is the API servers' port, so each API server binds only its node's primary address to leave the VIP's free; control-plane node %s is dual-stack and would not serve its second address", ep.Port, n.name),
+						"give the endpoint a port of its own, such as 8443", n.fieldPath("secondaryAddress"))
+					break
+				}
+			}
+		}
+	case string(ir.EndpointNodeLocal):
+		checkProxyPort(m, "controlPlane.endpoint.nodeLocal.port", ep.NodeLocal.Port, "the node-local proxy", true)
+	}
+}
+
+// checkProxyPort refuses a port for the endpoint's HAProxy that another
+// component of its nodes listens on. onAPIServers says the proxy runs on
+// control-plane nodes beside an API server listening on every address.
+func checkProxyPort(m *model, path string, port int, who string, onAPIServers bool) {
+	if onAPIServers && port == m.spec.ControlPlane.APIServer.Port {
+		m.report(CodeEndpointPort, path, fmt.Sprintf("%s's port %d is the API servers' port, which they listen on at every address of the control-plane nodes", who, port),
+			"choose another port, such as 6444", "controlPlane.apiServer.port")
+		return
+	}
+	for _, p := range nodePorts(&m.spec, m.spec.Etcd.Topology != "external") {
+		if p.port == port {
+			m.report(CodeEndpointPort, path, fmt.Sprintf("%s's port %d is the port of %s", who, port, p.owner),
+				"choose another port, such as 6444")
+			return
+		}
+	}
+	if port >= 30000 && port <= 32767 {
+		m.report(CodeEndpointPort, path, fmt.Sprintf("%s's port %d lies in the NodePort range 30000-32767, which Services take on every node", who, port),
+			"choose a port outside the NodePort range, such as 6444")
+	}
 }
 
 // checkVIPReserved refuses a VIP no host may answer for.

@@ -62,6 +62,9 @@ func checkInstall(m *model) {
 	needed := map[string][]string{} // path -> nodes
 	for _, n := range m.nodes {
 		for _, b := range nodeBinaries(&m.spec, irNodeForBinaries(m, n)) {
+			if b.OS {
+				continue
+			}
 			needed[b.Path] = append(needed[b.Path], n.name)
 		}
 	}

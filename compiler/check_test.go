@@ -589,6 +589,30 @@ func designCases() []checkCase {
 			pass: haNet + `network: gateways: ["10.0.0.1"]`,
 			fail: strings.Replace(haNet, `address: "10.0.0.10"`, `address: "10.0.0.1"`, 1) + `network: gateways: ["10.0.0.1"]`,
 			path: "controlPlane.endpoint.address", pos: "7:34"},
+		{code: CodeVIPAddress,
+			pass: haNet + `controlPlane: endpoint: mode: "vip"`,
+			fail: strings.Replace(haNet, `endpoint: address: "10.0.0.10"`, `endpoint: host: "api.example.com"`, 1) + `controlPlane: endpoint: mode: "vip"`,
+			path: "controlPlane.endpoint.mode", pos: "14:31"},
+		{code: CodeVIPNetwork, // the VIP off every node network
+			pass: haNet + `controlPlane: endpoint: mode: "vip"`,
+			fail: strings.Replace(haNet, `"10.0.0.10"`, `"10.9.0.10"`, 1) + `controlPlane: endpoint: mode: "vip"`,
+			path: "controlPlane.endpoint.address", pos: "7:34"},
+		{code: CodeVIPNetwork, // a control-plane node off the VIP's network
+			pass: strings.Replace(haNet, `["10.0.0.0/16"]`, `["10.0.0.0/16", "10.9.0.0/24"]`, 1) + `controlPlane: endpoint: mode: "vip"`,
+			fail: strings.Replace(strings.Replace(haNet, `"10.0.0.13"`, `"10.9.0.13"`, 1), `["10.0.0.0/16"]`, `["10.0.0.0/16", "10.9.0.0/24"]`, 1) + `controlPlane: endpoint: mode: "vip"`,
+			path: "controlPlane.nodes.cp3.address", pos: "11:17"},
+		{code: CodeVIPSingle,
+			pass: one + `controlPlane: endpoint: {address: "10.0.0.10", mode: "external"}`,
+			fail: one + `controlPlane: endpoint: {address: "10.0.0.10", mode: "vip"}`,
+			path: "controlPlane.endpoint.mode", pos: "9:54"},
+		{code: CodeEndpointPort, // the node-local proxy on the API servers' port
+			pass: haNet + `controlPlane: endpoint: {mode: "nodeLocal", nodeLocal: port: 6444}`,
+			fail: haNet + `controlPlane: endpoint: {mode: "nodeLocal", nodeLocal: port: 6443}`,
+			path: "controlPlane.endpoint.nodeLocal.port", pos: "14:62"},
+		{code: CodeEndpointPort, // the VIP on a kubelet's port
+			pass: haNet + `controlPlane: endpoint: {mode: "vip", port: 8443}`,
+			fail: haNet + `controlPlane: endpoint: {mode: "vip", port: 10250}`,
+			path: "controlPlane.endpoint.port", pos: "14:45"},
 		{code: CodePortClash, // stacked etcd's client port
 			pass: haNet + `controlPlane: apiServer: port: 6444`,
 			fail: haNet + `controlPlane: apiServer: port: 2379`,

@@ -106,6 +106,7 @@ func stringFields() []stringField {
 		{pattern: "kubernetes.components.kubeProxy", checkedBy: "schema", sample: `kubernetes: components: kubeProxy: %s`},
 		{pattern: "controlPlane.endpoint.address", checkedBy: CodeEndpointInvalid, sample: `controlPlane: endpoint: address: %s`},
 		{pattern: "controlPlane.endpoint.host", checkedBy: CodeEndpointInvalid, sample: `controlPlane: endpoint: host: %s`},
+		{pattern: "controlPlane.endpoint.mode", checkedBy: "schema", sample: `controlPlane: endpoint: mode: %s`},
 		{pattern: "controlPlane.apiServer.extraSANs[]", checkedBy: CodeExtraSAN, sample: `controlPlane: apiServer: extraSANs: [%s]`},
 		{pattern: "controlPlane.nodes.*:key", checkedBy: CodeNodeName, sample: `controlPlane: nodes: %s: address: "10.0.0.12"`},
 		{pattern: "controlPlane.nodes.*.address", checkedBy: CodeAddressParse, sample: cpNode + `address: %s`},

@@ -51,6 +51,7 @@ func lower(m *model) *ir.Cluster {
 
 	c.Endpoint = lowerEndpoint(m)
 	derive("controlPlane.endpoint.url", c.Endpoint.URL, endpointSource(m))
+	derive("controlPlane.endpoint.served", endpointServed(c.Endpoint), endpointModeSource(m))
 
 	members := m.etcdMembers()
 	onNode := map[string]bool{}
@@ -183,9 +184,40 @@ func lowerEndpoint(m *model) ir.Endpoint {
 		node := cp.Nodes[sortedKeys(cp.Nodes)[0]]
 		e.Address, e.Port = netip.MustParseAddr(node.Address), cp.APIServer.Port
 		e.Host = e.Address.String()
+		e.Mode = ir.EndpointNode
+	}
+	if ep := cp.Endpoint; ep != nil {
+		e.Mode = ir.EndpointMode(ep.Mode)
+		if e.Mode == "" {
+			e.Mode = ir.EndpointExternal
+		}
+		e.RouterID, e.AdvertInterval, e.LocalPort = ep.VIP.RouterID, ep.VIP.AdvertInterval, ep.NodeLocal.Port
 	}
 	e.URL = "https://" + net.JoinHostPort(e.Host, strconv.Itoa(e.Port))
 	return e
+}
+
+// endpointServed says in words what serves the endpoint.
+func endpointServed(e ir.Endpoint) string {
+	switch e.Mode {
+	case ir.EndpointVIP:
+		return fmt.Sprintf("by the control-plane nodes: keepalived (VRRP router %d) moves %s between them, HAProxy balances to every ready API server", e.RouterID, e.Host)
+	case ir.EndpointNodeLocal:
+		return fmt.Sprintf("on every node by HAProxy on 127.0.0.1:%d, balancing to every ready API server; %s by what is outside the spec", e.LocalPort, e.Host)
+	case ir.EndpointNode:
+		return "by the only control-plane node's API server"
+	}
+	return "outside the spec (a load balancer or DNS in front of the API servers)"
+}
+
+func endpointModeSource(m *model) string {
+	switch {
+	case m.spec.ControlPlane.Endpoint == nil:
+		return "controlPlane.nodes (one control-plane node and no endpoint)"
+	case m.written("controlPlane.endpoint.mode"):
+		return "controlPlane.endpoint.mode"
+	}
+	return "controlPlane.endpoint.mode (the schema's default, external)"
 }
 
 func endpointSource(m *model) string {
@@ -320,6 +352,15 @@ func nodeBinaries(s *specCluster, n ir.Node) []ir.Binary {
 	var out []ir.Binary
 	if n.Runs(ir.ComponentEtcd) {
 		out = append(out, bin("etcd", "etcd Version: "+s.Etcd.Version, "--version"))
+	}
+	// The endpoint's proxies come from the distribution's packages.
+	if ep := s.ControlPlane.Endpoint; ep != nil {
+		switch {
+		case ep.Mode == string(ir.EndpointVIP) && n.Runs(ir.ComponentAPIServer):
+			out = append(out, ir.Binary{Path: "/usr/sbin/haproxy", OS: true}, ir.Binary{Path: "/usr/sbin/keepalived", OS: true})
+		case ep.Mode == string(ir.EndpointNodeLocal) && n.RunsPods():
+			out = append(out, ir.Binary{Path: "/usr/sbin/haproxy", OS: true})
+		}
 	}
 	if n.Runs(ir.ComponentAPIServer) {
 		out = append(out, bin("kube-apiserver", kube(k.APIServer), "--version"),

@@ -87,6 +87,14 @@ type specEndpoint struct {
 	Address string `json:"address"`
 	Host    string `json:"host"`
 	Port    int    `json:"port"`
+	Mode    string `json:"mode"`
+	VIP     struct {
+		RouterID       int `json:"routerID"`
+		AdvertInterval int `json:"advertInterval"`
+	} `json:"vip"`
+	NodeLocal struct {
+		Port int `json:"port"`
+	} `json:"nodeLocal"`
 }
 
 type specControlPlane struct {

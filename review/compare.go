@@ -63,10 +63,13 @@ type Report struct {
 	Head  string       `json:"head"`
 	Nodes []NodeChange `json:"nodes"`
 	// ClusterFiles counts changed files outside every node's tree.
-	ClusterFiles int          `json:"clusterFiles"`
-	Etcd         *EtcdChange  `json:"etcd,omitempty"`
-	Notes        []string     `json:"notes,omitempty"`
-	Files        []FileChange `json:"files"`
+	ClusterFiles int         `json:"clusterFiles"`
+	Etcd         *EtcdChange `json:"etcd,omitempty"`
+	// Endpoint is the API endpoint and what serves it, when that
+	// changed.
+	Endpoint *EndpointChange `json:"endpoint,omitempty"`
+	Notes    []string        `json:"notes,omitempty"`
+	Files    []FileChange    `json:"files"`
 }
 
 // Equal reports whether the trees had no difference.
@@ -85,6 +88,15 @@ type Side struct {
 	Label string
 	Tree  *targets.Tree
 	Etcd  []EtcdMember
+	// Endpoint says where clients reach the API and what serves it,
+	// e.g. "https://10.0.0.10:6443, a VIP of the control-plane nodes".
+	Endpoint string
+}
+
+// EndpointChange is the API endpoint before and after.
+type EndpointChange struct {
+	Before string `json:"before"`
+	After  string `json:"after"`
 }
 
 // Compare compares two trees.
@@ -127,6 +139,9 @@ func Compare(base, head Side, opts Options) *Report {
 		r.Files = append(r.Files, fc)
 	}
 	r.summarise(a, b)
+	if base.Endpoint != head.Endpoint {
+		r.Endpoint = &EndpointChange{Before: base.Endpoint, After: head.Endpoint}
+	}
 	r.Etcd = compareEtcd(base.Etcd, head.Etcd)
 	if r.Etcd != nil {
 		r.Notes = append(r.Notes, r.Etcd.notes(r.Nodes)...)

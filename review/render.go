@@ -32,6 +32,9 @@ func (r *Report) summaryLines() []string {
 	if r.Etcd != nil {
 		out = append(out, "etcd: "+r.Etcd.Summary())
 	}
+	if r.Endpoint != nil {
+		out = append(out, fmt.Sprintf("endpoint: %s → %s", r.Endpoint.Before, r.Endpoint.After))
+	}
 	out = append(out, fmt.Sprintf("cluster files: %d changed", r.ClusterFiles))
 	return out
 }

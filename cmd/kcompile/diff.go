@@ -27,9 +27,10 @@ type diffCmd struct {
 
 // diffSide is one compiled side.
 type diffSide struct {
-	label string
-	tree  *targets.Tree
-	etcd  []review.EtcdMember
+	label    string
+	tree     *targets.Tree
+	etcd     []review.EtcdMember
+	endpoint string
 }
 
 // Run compares; exit 0 when equal, 1 when different, 2 on any error.
@@ -122,8 +123,8 @@ func (c *diffCmd) compare(e *env) (*review.Report, error) {
 }
 
 func compareSides(a, b diffSide) *review.Report {
-	return review.Compare(review.Side{Label: a.label, Tree: a.tree, Etcd: a.etcd},
-		review.Side{Label: b.label, Tree: b.tree, Etcd: b.etcd}, review.Options{})
+	return review.Compare(review.Side{Label: a.label, Tree: a.tree, Etcd: a.etcd, Endpoint: a.endpoint},
+		review.Side{Label: b.label, Tree: b.tree, Etcd: b.etcd, Endpoint: b.endpoint}, review.Options{})
 }
 
 // side compiles one spec with the shared bundle and builds the target(s).
@@ -140,7 +141,7 @@ func (c *diffCmd) side(e *env, dir, label string) (diffSide, error) {
 		}
 		return diffSide{}, err
 	}
-	s := diffSide{label: label, etcd: etcdMembers(out.Cluster), tree: targets.NewTree()}
+	s := diffSide{label: label, etcd: etcdMembers(out.Cluster), endpoint: endpointOf(out.Cluster), tree: targets.NewTree()}
 	for _, name := range names {
 		for _, f := range out.Trees[name].Files() {
 			p := f.Path
@@ -153,6 +154,20 @@ func (c *diffCmd) side(e *env, dir, label string) (diffSide, error) {
 		}
 	}
 	return s, nil
+}
+
+// endpointOf says where clients reach the API and what serves it.
+func endpointOf(c *ir.Cluster) string {
+	e := c.Endpoint
+	switch e.Mode {
+	case ir.EndpointVIP:
+		return fmt.Sprintf("%s, a VIP of the control-plane nodes (VRRP router %d)", e.URL, e.RouterID)
+	case ir.EndpointNodeLocal:
+		return fmt.Sprintf("%s outside the cluster, %s on every node", e.URL, e.NodeURL())
+	case ir.EndpointNode:
+		return e.URL + ", the only control-plane node"
+	}
+	return e.URL + ", served outside the spec"
 }
 
 func etcdMembers(c *ir.Cluster) []review.EtcdMember {

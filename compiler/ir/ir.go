@@ -6,7 +6,9 @@
 package ir
 
 import (
+	"net"
 	"net/netip"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -64,6 +66,41 @@ type Endpoint struct {
 	Port    int
 	// URL is "https://host:port" with IPv6 literals bracketed.
 	URL string
+	// Mode is what serves the endpoint: EndpointExternal, EndpointVIP,
+	// EndpointNodeLocal, or EndpointNode (a single control-plane node
+	// without an endpoint: that node's API server itself).
+	Mode EndpointMode
+	// RouterID and AdvertInterval (seconds) configure VRRP (EndpointVIP).
+	RouterID, AdvertInterval int
+	// LocalPort is the node-local proxy's port on 127.0.0.1
+	// (EndpointNodeLocal).
+	LocalPort int
+}
+
+// EndpointMode is what serves the API endpoint.
+type EndpointMode string
+
+const (
+	EndpointExternal  EndpointMode = "external"
+	EndpointVIP       EndpointMode = "vip"
+	EndpointNodeLocal EndpointMode = "nodeLocal"
+	EndpointNode      EndpointMode = "node"
+)
+
+// NodeURL is the URL the node-level clients of every node (kubelet,
+// kube-proxy, a CNI plugin's own kubeconfig) dial: the node-local proxy
+// in mode nodeLocal, the endpoint otherwise.
+func (e Endpoint) NodeURL() string {
+	host, port := e.NodeHostPort()
+	return "https://" + net.JoinHostPort(host, strconv.Itoa(port))
+}
+
+// NodeHostPort is the host and port of NodeURL.
+func (e Endpoint) NodeHostPort() (string, int) {
+	if e.Mode == EndpointNodeLocal {
+		return "127.0.0.1", e.LocalPort
+	}
+	return e.Host, e.Port
 }
 
 // Role is what a node is for.
@@ -137,6 +174,9 @@ type Binary struct {
 	Version string
 	// VersionFlag makes the program print its version.
 	VersionFlag string
+	// OS says the program comes with the operating system's packages
+	// (keepalived, HAProxy): checked for, never downloaded.
+	OS bool
 }
 
 // Address is the node's primary address.

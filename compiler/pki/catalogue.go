@@ -68,7 +68,10 @@ const (
 	groupNodes            = "system:nodes"
 	nodeUserPrefix        = "system:node:"
 	userCalicoCNI         = "calico-cni"
-	frontProxyClientName  = "front-proxy-client"
+	// userEndpointHealth needs no binding: every authenticated user may
+	// read /readyz (system:public-info-viewer).
+	userEndpointHealth   = "kcompile:endpoint-health"
+	frontProxyClientName = "front-proxy-client"
 )
 
 // APIServerKubeletClientUser is the user the API server is to kubelets
@@ -100,6 +103,10 @@ func Catalogue(c *ir.Cluster) []Cert {
 		if n.RunsPods() {
 			out = append(out, nodeCerts(c, n)...)
 		}
+		if RunsEndpointProxy(c, n) {
+			out = append(out, Cert{ID: "endpoint-health@" + n.Name, Name: "endpoint-health", Node: n.Name, CA: ClusterCA,
+				CommonName: userEndpointHealth, Client: true, File: EndpointHealthStem})
+		}
 	}
 	out = append(out,
 		Cert{ID: "admin", Name: "admin", CA: ClusterCA, CommonName: userAdmin, Organization: []string{groupClusterAdmins},
@@ -108,6 +115,19 @@ func Catalogue(c *ir.Cluster) []Cert {
 			Client: true, Kubeconfig: &Kubeconfig{Path: SuperAdminKubeconfig, Server: c.Endpoint.URL}},
 	)
 	return out
+}
+
+// RunsEndpointProxy says whether node n runs the endpoint's HAProxy:
+// every control-plane node in mode vip (the one holding the address
+// serves it), every node with a kubelet in mode nodeLocal.
+func RunsEndpointProxy(c *ir.Cluster, n ir.Node) bool {
+	switch c.Endpoint.Mode {
+	case ir.EndpointVIP:
+		return n.Runs(ir.ComponentAPIServer)
+	case ir.EndpointNodeLocal:
+		return n.RunsPods()
+	}
+	return false
 }
 
 // localAPIServer is the URL the control-plane components of a node use:
@@ -156,7 +176,7 @@ func nodeCerts(c *ir.Cluster, n ir.Node) []Cert {
 	out := []Cert{
 		{ID: id("kubelet-client"), Name: "kubelet-client", Node: n.Name, CA: ClusterCA,
 			CommonName: nodeUserPrefix + n.Name, Organization: []string{groupNodes}, Client: true,
-			Kubeconfig: &Kubeconfig{Path: KubeletKubeconfig, Server: c.Endpoint.URL}},
+			Kubeconfig: &Kubeconfig{Path: KubeletKubeconfig, Server: c.Endpoint.NodeURL()}},
 		{ID: id("kubelet-serving"), Name: "kubelet-serving", Node: n.Name, CA: ClusterCA,
 			CommonName: nodeUserPrefix + n.Name, Organization: []string{groupNodes},
 			DNSNames: []string{n.Name}, IPs: slices.Clone(n.Addresses), Server: true, File: KubeletServingStem},
@@ -164,7 +184,7 @@ func nodeCerts(c *ir.Cluster, n ir.Node) []Cert {
 	if n.Runs(ir.ComponentKubeProxy) {
 		out = append(out, Cert{ID: id("kube-proxy"), Name: "kube-proxy", Node: n.Name, CA: ClusterCA,
 			CommonName: userKubeProxy, Client: true,
-			Kubeconfig: &Kubeconfig{Path: KubeProxyKubeconfig, Server: c.Endpoint.URL}})
+			Kubeconfig: &Kubeconfig{Path: KubeProxyKubeconfig, Server: c.Endpoint.NodeURL()}})
 	}
 	// Calico's CNI plugin runs outside any pod, on the node, and calls the
 	// API with its own identity; flannel and cilium use the service
@@ -172,7 +192,7 @@ func nodeCerts(c *ir.Cluster, n ir.Node) []Cert {
 	if c.Network.CNI.Plugin == "calico" {
 		out = append(out, Cert{ID: id("calico-cni"), Name: "calico-cni", Node: n.Name, CA: ClusterCA,
 			CommonName: userCalicoCNI, Client: true,
-			Kubeconfig: &Kubeconfig{Path: CalicoKubeconfig, Server: c.Endpoint.URL}})
+			Kubeconfig: &Kubeconfig{Path: CalicoKubeconfig, Server: c.Endpoint.NodeURL()}})
 	}
 	return out
 }

@@ -32,6 +32,11 @@ type Flow struct {
 func Flows(c *ir.Cluster) []Flow {
 	var out []Flow
 	endpoint := c.Endpoint.Host
+	// Node-level clients dial the node-local proxy in mode nodeLocal.
+	nodeHost := endpoint
+	if c.Endpoint.Mode == ir.EndpointNodeLocal {
+		nodeHost = "127.0.0.1"
+	}
 	var apiservers, etcds []ir.Node
 	members := map[string]ir.EtcdMember{}
 	for _, m := range c.Etcd.Members {
@@ -52,20 +57,29 @@ func Flows(c *ir.Cluster) []Flow {
 			if !n.RunsPods() {
 				continue
 			}
-			out = append(out, Flow{Kind: "kubelet→apiserver", Client: "kubelet-client@" + n.Name, Server: srv, ServerName: endpoint,
+			out = append(out, Flow{Kind: "kubelet→apiserver", Client: "kubelet-client@" + n.Name, Server: srv, ServerName: nodeHost,
 				ServerCA: ClusterCA, ClientCA: ClusterCA, User: nodeUserPrefix + n.Name, Groups: []string{groupNodes}, Setting: "controlPlane.endpoint"})
 			if n.Runs(ir.ComponentKubeProxy) {
-				out = append(out, Flow{Kind: "kube-proxy→apiserver", Client: "kube-proxy@" + n.Name, Server: srv, ServerName: endpoint,
+				out = append(out, Flow{Kind: "kube-proxy→apiserver", Client: "kube-proxy@" + n.Name, Server: srv, ServerName: nodeHost,
 					ServerCA: ClusterCA, ClientCA: ClusterCA, User: userKubeProxy, Setting: "controlPlane.endpoint"})
 			}
 			if c.Network.CNI.Plugin == "calico" {
-				out = append(out, Flow{Kind: "calico-cni→apiserver", Client: "calico-cni@" + n.Name, Server: srv, ServerName: endpoint,
+				out = append(out, Flow{Kind: "calico-cni→apiserver", Client: "calico-cni@" + n.Name, Server: srv, ServerName: nodeHost,
 					ServerCA: ClusterCA, ClientCA: ClusterCA, User: userCalicoCNI, Setting: "controlPlane.endpoint"})
 			}
 			// The API server dials kubelets by their InternalIP.
 			out = append(out, Flow{Kind: "apiserver→kubelet", Client: "apiserver-kubelet-client@" + a.Name, Server: "kubelet-serving@" + n.Name,
 				ServerName: n.Address().String(), ServerCA: ClusterCA, ClientCA: ClusterCA,
 				User: APIServerKubeletClientUser, Setting: "nodes." + n.Name + ".address"})
+		}
+		// The endpoint's HAProxy checks every API server's /readyz, and
+		// verifies the certificate's DNS name "kubernetes" (HAProxy
+		// matches no IP SAN).
+		for _, n := range c.Nodes {
+			if RunsEndpointProxy(c, n) {
+				out = append(out, Flow{Kind: "endpoint-health→apiserver", Client: "endpoint-health@" + n.Name, Server: srv, ServerName: "kubernetes",
+					ServerCA: ClusterCA, ClientCA: ClusterCA, User: userEndpointHealth, Setting: "controlPlane.endpoint.mode"})
+			}
 		}
 		local := a.Address().String()
 		out = append(out,

@@ -32,7 +32,7 @@ var handshakeFlowKinds = []string{
 	"kubelet→apiserver", "apiserver→kubelet", "apiserver→etcd", "etcd-peer→etcd-peer",
 	"etcd-healthcheck→etcd", "controller-manager→apiserver", "scheduler→apiserver",
 	"kube-proxy→apiserver", "calico-cni→apiserver", "admin→apiserver", "super-admin→apiserver",
-	"pod→apiserver", "front-proxy→aggregated-apiserver",
+	"pod→apiserver", "front-proxy→aggregated-apiserver", "endpoint-health→apiserver",
 }
 
 // handshakeResult is the outcome of one handshake, seen from both ends.
@@ -234,6 +234,8 @@ func testHandshakes(t *testing.T, m *Material) {
 			want = m.Cluster.Network.KubeProxyMode != "none"
 		case "calico-cni→apiserver":
 			want = m.Cluster.Network.CNI.Plugin == "calico"
+		case "endpoint-health→apiserver":
+			want = m.Cluster.Endpoint.Mode == ir.EndpointVIP || m.Cluster.Endpoint.Mode == ir.EndpointNodeLocal
 		}
 		if want && seen[k] == 0 {
 			t.Errorf("Flows has no %s flow", k)

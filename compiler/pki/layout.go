@@ -30,6 +30,9 @@ const (
 	EtcdPeerStem               = EtcdPKIDir + "peer"
 	EtcdHealthcheckClientStem  = EtcdPKIDir + "healthcheck-client"
 	KubeletServingStem         = "var/lib/kubelet/pki/kubelet"
+	// EndpointHealthStem is the client certificate the endpoint's HAProxy
+	// checks the API servers' /readyz with (anonymous requests are off).
+	EndpointHealthStem = PKIDir + "endpoint-health"
 
 	// Kubeconfigs.
 	KubeconfigDir               = "etc/kubernetes/"

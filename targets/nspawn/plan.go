@@ -90,7 +90,8 @@ func newPlan(c *ir.Cluster, work string) (*plan, error) {
 		}
 		p.gateways = append(p.gateways, netip.PrefixFrom(g, nw.Bits()))
 	}
-	if a := c.Endpoint.Address; a.IsValid() {
+	// In mode vip the control-plane nodes hold the address themselves.
+	if a := c.Endpoint.Address; a.IsValid() && c.Endpoint.Mode != ir.EndpointVIP {
 		if _, node := taken[a]; !node {
 			p.endpoint = netip.AddrPortFrom(a, uint16(c.Endpoint.Port))
 		}

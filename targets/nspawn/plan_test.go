@@ -25,7 +25,7 @@ func TestPlanNamesAndGateways(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// No gateway in the spec: the host takes the first free address.
+	// The spec's gateway, which the host takes.
 	if len(single.gateways) != 1 || single.gateways[0] != netip.MustParsePrefix("192.168.50.1/24") {
 		t.Errorf("gateways %v", single.gateways)
 	}
@@ -39,8 +39,15 @@ func TestPlanNamesAndGateways(t *testing.T) {
 	if len(ha.gateways) != 1 || ha.gateways[0] != netip.MustParsePrefix("10.0.0.1/16") {
 		t.Errorf("the spec's gateway: %v", ha.gateways)
 	}
-	if ha.endpoint != netip.MustParseAddrPort("10.0.0.10:6443") {
-		t.Errorf("the VIP no node holds: %v", ha.endpoint)
+	if ha.endpoint.IsValid() {
+		t.Errorf("the control-plane nodes hold ha-stacked's VIP, yet up would serve %s", ha.endpoint)
+	}
+	ds, err := newPlan(fixture.Cluster(t, "dual-stack", nil), "/var/lib/kcompile/up/ds")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ds.endpoint != netip.MustParseAddrPort("10.20.0.10:6443") {
+		t.Errorf("the external VIP no node holds: %v", ds.endpoint)
 	}
 	if single.id == ha.id {
 		t.Error("two work directories, one id")
@@ -294,8 +301,9 @@ func TestResolveIn(t *testing.T) {
 // TestReadmeListsEveryAdjustment holds the README's table of adjustments
 // to what decide applies, on a host that needs every one of them.
 func TestReadmeListsEveryAdjustment(t *testing.T) {
-	c := fixture.Cluster(t, "ha-stacked", nil)
-	tree, err := systemd.Build(fixture.Material(t, "ha-stacked", nil), systemd.Options{})
+	// dual-stack's endpoint is a VIP outside the spec, which up serves.
+	c := fixture.Cluster(t, "dual-stack", nil)
+	tree, err := systemd.Build(fixture.Material(t, "dual-stack", nil), systemd.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

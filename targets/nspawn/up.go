@@ -362,6 +362,13 @@ func (c *Cluster) binariesLayer() (string, error) {
 				continue
 			}
 			seen[b.Path] = true
+			if b.OS {
+				// The distribution's package, in the image.
+				if !isExecutable(filepath.Join(c.image, b.Path)) {
+					missing = append(missing, b.Path+" (a package of the image)")
+				}
+				continue
+			}
 			src := ""
 			if c.cfg.Binaries != "" {
 				src = filepath.Join(c.cfg.Binaries, filepath.Base(b.Path))
@@ -751,6 +758,17 @@ func (c *Cluster) Exec(ctx context.Context, node string, args ...string) ([]byte
 		return nil, fmt.Errorf("no node %s", node)
 	}
 	return m.exec(ctx, args...)
+}
+
+// Stop halts a node's machine and does not boot it again: with a grace
+// of zero at once, as a machine that loses its power.
+func (c *Cluster) Stop(ctx context.Context, node string, grace time.Duration) error {
+	m := c.machine(node)
+	if m == nil {
+		return fmt.Errorf("no node %s", node)
+	}
+	m.stop(ctx, grace)
+	return nil
 }
 
 // Reboot asks a node to reboot (systemctl reboot inside); up boots it

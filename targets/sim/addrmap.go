@@ -60,7 +60,8 @@ func Remap(c *ir.Cluster, block int) (*ir.Cluster, *AddressMap) {
 	out.Network.NodeNetworks = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
 	out.Network.Gateways, out.Network.Nameservers = nil, nil
 	out.Endpoint = ir.Endpoint{Host: m.Endpoint.String(), Address: m.Endpoint, Port: c.Endpoint.Port,
-		URL: "https://" + net.JoinHostPort(m.Endpoint.String(), strconv.Itoa(c.Endpoint.Port))}
+		URL:  "https://" + net.JoinHostPort(m.Endpoint.String(), strconv.Itoa(c.Endpoint.Port)),
+		Mode: c.Endpoint.Mode, RouterID: c.Endpoint.RouterID, AdvertInterval: c.Endpoint.AdvertInterval, LocalPort: c.Endpoint.LocalPort}
 
 	out.Etcd.Members = slices.Clone(c.Etcd.Members)
 	out.Etcd.ClientURLs = nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -27,7 +28,137 @@ type balancer struct {
 	fails map[string]int
 	next  int
 	conns map[net.Conn]bool
-	wg    sync.WaitGroup
+	// to holds the connections to each backend, which are closed when it
+	// is marked down (HAProxy's on-marked-down shutdown-sessions): an
+	// HTTP/2 client keeps one connection and would wait on a backend that
+	// lost its etcd member.
+	to map[string]map[net.Conn]bool
+	wg sync.WaitGroup
+	// vip is set in endpoint mode vip: the address is served only while
+	// a control-plane node holds it.
+	vip *vip
+}
+
+// vip follows the compiled keepalived configuration: the control-plane
+// nodes are backups of equal priority without preemption, so the first
+// node up holds the VIP until it stops; then, after the master-down
+// interval (three adverts and the skew of priority 100), the first
+// surviving node takes it. A node that comes back does not take it again.
+type vip struct {
+	candidates []string
+	failover   time.Duration
+	down       map[string]bool
+	holder     string
+	// moves records every change of holder, for the scenario report.
+	moves []vipMove
+	// pending says a backup is about to take the VIP.
+	pending bool
+}
+
+// vipMove is one change of the VIP's holder ("" for none).
+type vipMove struct {
+	from, to string
+	at       time.Time
+}
+
+// withVIP makes the balancer serve only while a node holds the VIP.
+// advert is keepalived's advert_int.
+func (b *balancer) withVIP(candidates []string, advert time.Duration, now time.Time) {
+	skew := advert * (256 - 100) / 256
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.vip = &vip{candidates: candidates, failover: 3*advert + skew, down: map[string]bool{}}
+	b.elect(now)
+}
+
+// elect gives the VIP to the first candidate that is up; b.mu is held.
+func (b *balancer) elect(now time.Time) {
+	v := b.vip
+	for _, c := range v.candidates {
+		if !v.down[c] {
+			v.moves = append(v.moves, vipMove{from: v.holder, to: c, at: now})
+			v.holder = c
+			return
+		}
+	}
+}
+
+// nodeDown tells the balancer a node stopped: the VIP leaves it at once
+// and reaches another node after the failover interval.
+func (b *balancer) nodeDown(name string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	v := b.vip
+	if v == nil {
+		return
+	}
+	v.down[name] = true
+	if v.holder != name {
+		return
+	}
+	v.moves = append(v.moves, vipMove{from: name, at: time.Now()})
+	v.holder = ""
+	v.pending = true
+	time.AfterFunc(v.failover, func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		b.vip.pending = false
+		if b.vip.holder == "" {
+			b.elect(time.Now())
+		}
+	})
+	// The holder's connections end with it (closed without b.mu, which
+	// a backend connection's Close takes).
+	shut := make([]net.Conn, 0, len(b.conns))
+	for c := range b.conns {
+		shut = append(shut, c)
+	}
+	go func() {
+		for _, c := range shut {
+			c.Close()
+		}
+	}()
+}
+
+// nodeUp tells the balancer a node started again: it takes the VIP only
+// when no node holds it and none is about to.
+func (b *balancer) nodeUp(name string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	v := b.vip
+	if v == nil {
+		return
+	}
+	delete(v.down, name)
+	if v.holder == "" && !v.pending {
+		b.elect(time.Now())
+	}
+}
+
+// Holder is the node holding the VIP, "" when none does or the
+// endpoint is no VIP of the cluster's.
+func (b *balancer) Holder() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.vip == nil {
+		return ""
+	}
+	return b.vip.holder
+}
+
+// lastMove describes the VIP's latest complete move, for the report.
+func (b *balancer) lastMove() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.vip == nil || len(b.vip.moves) < 2 {
+		return ""
+	}
+	to := b.vip.moves[len(b.vip.moves)-1]
+	from := b.vip.moves[len(b.vip.moves)-2]
+	if from.to != "" || to.from != "" || from.from == "" {
+		return ""
+	}
+	return fmt.Sprintf("the VIP moved from %s to %s in %s", from.from, to.to, to.at.Sub(from.at).Round(100*time.Millisecond))
 }
 
 // newBalancer listens on addr; check is a client with credentials that
@@ -37,7 +168,7 @@ func newBalancer(addr string, backends []string, tlsConfig *tls.Config) (*balanc
 	if err != nil {
 		return nil, err
 	}
-	return &balancer{ln: ln, backends: backends, healthy: map[string]bool{}, fails: map[string]int{}, conns: map[net.Conn]bool{},
+	return &balancer{ln: ln, backends: backends, healthy: map[string]bool{}, fails: map[string]int{}, conns: map[net.Conn]bool{}, to: map[string]map[net.Conn]bool{},
 		check: &http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsConfig, DisableKeepAlives: true}}}, nil
 }
 
@@ -74,10 +205,14 @@ func (b *balancer) run(ctx context.Context) {
 	<-ctx.Done()
 	b.ln.Close()
 	b.mu.Lock()
+	shut := make([]net.Conn, 0, len(b.conns))
 	for c := range b.conns {
-		c.Close()
+		shut = append(shut, c)
 	}
 	b.mu.Unlock()
+	for _, c := range shut {
+		c.Close()
+	}
 	b.wg.Wait()
 	b.check.CloseIdleConnections()
 }
@@ -100,6 +235,7 @@ func (b *balancer) probe() {
 				down = errors.As(err, &op) && op.Op == "dial"
 			}
 			b.mu.Lock()
+			was := b.healthy[be]
 			switch {
 			case ok:
 				b.fails[be] = 0
@@ -111,7 +247,16 @@ func (b *balancer) probe() {
 					b.healthy[be] = false
 				}
 			}
+			var shut []net.Conn
+			if was && !b.healthy[be] {
+				for c := range b.to[be] {
+					shut = append(shut, c)
+				}
+			}
 			b.mu.Unlock()
+			for _, c := range shut {
+				c.Close()
+			}
 		}()
 	}
 	wg.Wait()
@@ -155,6 +300,9 @@ func (b *balancer) DialContext(ctx context.Context, network, _ string) (net.Conn
 // dial connects to a healthy backend, trying the next one when a
 // connection is refused (HAProxy's "option redispatch").
 func (b *balancer) dial(ctx context.Context, network string) (net.Conn, error) {
+	if b.vip != nil && b.Holder() == "" {
+		return nil, errors.New("no node holds the API endpoint's VIP")
+	}
 	tried := map[string]bool{}
 	for {
 		be, err := b.pickExcept(tried)
@@ -164,10 +312,47 @@ func (b *balancer) dial(ctx context.Context, network string) (net.Conn, error) {
 		d := net.Dialer{Timeout: 2 * time.Second}
 		c, err := d.DialContext(ctx, network, be)
 		if err == nil {
-			return c, nil
+			return &backendConn{Conn: c, b: b, be: b.toBackend(be, c)}, nil
 		}
 		tried[be] = true
 	}
+}
+
+// toBackend records c as a connection to be.
+func (b *balancer) toBackend(be string, c net.Conn) string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.to[be] == nil {
+		b.to[be] = map[net.Conn]bool{}
+	}
+	b.to[be][c] = true
+	return be
+}
+
+// backendConn is a connection to a backend that forgets itself when
+// closed.
+type backendConn struct {
+	net.Conn
+	b    *balancer
+	be   string
+	once sync.Once
+}
+
+func (c *backendConn) Close() error {
+	c.once.Do(func() {
+		c.b.mu.Lock()
+		delete(c.b.to[c.be], c.Conn)
+		c.b.mu.Unlock()
+	})
+	return c.Conn.Close()
+}
+
+// CloseWrite half-closes the TCP connection beneath.
+func (c *backendConn) CloseWrite() error {
+	if tc, ok := c.Conn.(*net.TCPConn); ok {
+		return tc.CloseWrite()
+	}
+	return nil
 }
 
 func (b *balancer) track(c net.Conn, on bool) {
@@ -196,7 +381,7 @@ func (b *balancer) serve(c net.Conn) {
 		b.track(up, false)
 	}()
 	done := make(chan struct{}, 2)
-	go func() { io.Copy(up, c); up.(*net.TCPConn).CloseWrite(); done <- struct{}{} }()
+	go func() { io.Copy(up, c); up.(*backendConn).CloseWrite(); done <- struct{}{} }()
 	go func() { io.Copy(c, up); c.(*net.TCPConn).CloseWrite(); done <- struct{}{} }()
 	<-done
 	<-done

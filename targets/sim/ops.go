@@ -244,6 +244,10 @@ func (s *Sim) StopNode(name string) error {
 	if k != nil && !k.stopped() {
 		k.stop()
 	}
+	// Its keepalived and HAProxy stop with it.
+	if n.Runs(ir.ComponentAPIServer) && s.lb != nil {
+		s.lb.nodeDown(name)
+	}
 	for _, comp := range []ir.Component{ir.ComponentScheduler, ir.ComponentControllerManager, ir.ComponentAPIServer} {
 		if n.Runs(comp) {
 			s.stopComponent(name, comp)
@@ -283,6 +287,9 @@ func (s *Sim) StartNode(ctx context.Context, name string) error {
 				return err
 			}
 		}
+	}
+	if n.Runs(ir.ComponentAPIServer) && s.lb != nil {
+		s.lb.nodeUp(name)
 	}
 	s.mu.Lock()
 	k := s.kubelets[name]

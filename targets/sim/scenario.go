@@ -135,6 +135,9 @@ func (s *Sim) stopStart(ctx context.Context, verb string, t *ir.Target) Result {
 	case ir.TargetNode:
 		what = verb + " node " + t.Name
 		if verb == "stop" {
+			if h := s.lb.Holder(); h != "" && h == t.Name {
+				what += ", which holds the API endpoint's VIP"
+			}
 			err = s.StopNode(t.Name)
 		} else {
 			err = s.StartNode(ctx, t.Name)
@@ -179,27 +182,56 @@ func (s *Sim) expect(ctx context.Context, cs kubernetes.Interface, e *ir.Expect)
 	switch {
 	case e.API != "":
 		what := "expect the API " + e.API + " through " + s.cluster.Endpoint.URL
-		err := s.readyz(ctx)
-		if (err == nil) != (e.API == ir.APIServed) {
+		if e.Within > 0 {
+			what += " within " + e.Within.String()
+		}
+		var err error
+		werr := s.waitFor(ctx, e.Within, func() bool {
+			rctx, cancel := context.WithTimeout(ctx, time.Second)
+			defer cancel()
+			err = s.readyz(rctx)
+			return (err == nil) == (e.API == ir.APIServed)
+		})
+		if werr != nil {
 			detail := "served"
 			if err != nil {
 				detail = err.Error()
 			}
 			return Result{What: what, Detail: detail}
 		}
-		return Result{What: what, Passed: true}
+		r := Result{What: what, Passed: true}
+		if h := s.lb.Holder(); h != "" {
+			r.Detail = "the VIP is held by " + h
+			if m := s.lb.lastMove(); m != "" {
+				r.Detail += "; " + m
+			}
+		}
+		return r
 	case e.Write != "":
 		// kcompile check's failure-domain analysis: writes need a
 		// majority of the members.
 		members, running := len(s.cluster.Etcd.Members), s.etcdRunning()
 		predicted := running >= members/2+1
-		what := fmt.Sprintf("expect writes to %s (%d of %d etcd members running, quorum %d)", strings.TrimSuffix(e.Write, "s"), running, members, members/2+1)
-		wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-		defer cancel()
-		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{GenerateName: "kcompile-sim-write-", Namespace: metav1.NamespaceDefault}}
-		_, err := cs.CoreV1().ConfigMaps(metav1.NamespaceDefault).Create(wctx, cm, metav1.CreateOptions{})
-		observed := err == nil
+		what := fmt.Sprintf("expect writes to %s within %s (%d of %d etcd members running, quorum %d)", strings.TrimSuffix(e.Write, "s"), e.Within, running, members, members/2+1)
+		// A client tries again: a write sent to an API server whose own
+		// etcd member just stopped waits until the endpoint's health
+		// checks take that server out.
 		want := e.Write == ir.WriteSucceeds
+		var err error
+		observed := false
+		deadline := time.Now().Add(max(e.Within, time.Second))
+		for {
+			wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{GenerateName: "kcompile-sim-write-", Namespace: metav1.NamespaceDefault}}
+			_, err = cs.CoreV1().ConfigMaps(metav1.NamespaceDefault).Create(wctx, cm, metav1.CreateOptions{})
+			cancel()
+			observed = err == nil
+			// A write that succeeds where one should fail is the answer.
+			if observed == want || !want || time.Now().After(deadline) || ctx.Err() != nil {
+				break
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
 		switch {
 		case observed != want:
 			detail := "the write succeeded"

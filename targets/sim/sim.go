@@ -274,6 +274,16 @@ func (s *Sim) boot(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("load balancer on the API endpoint: %w", err)
 	}
+	if s.cluster.Endpoint.Mode == ir.EndpointVIP {
+		var cps []string
+		for _, n := range s.cluster.Nodes {
+			if n.Runs(ir.ComponentAPIServer) {
+				cps = append(cps, n.Name)
+			}
+		}
+		s.lb.withVIP(cps, time.Duration(s.cluster.Endpoint.AdvertInterval)*time.Second, time.Now())
+		s.progress("API endpoint: a VIP, held by %s", s.lb.Holder())
+	}
 	s.wg.Add(1)
 	go func() { defer s.wg.Done(); s.lb.run(s.ctx) }()
 	if err := s.waitFor(ctx, 2*time.Minute, func() bool { return s.lb.Healthy() == len(backends) }); err != nil {
@@ -415,7 +425,15 @@ func (s *Sim) startComponent(node string, comp ir.Component) error {
 	var errc <-chan error
 	switch comp {
 	case ir.ComponentAPIServer:
-		errc, err = startAPIServer(ctx, node, args)
+		// The previous instance's listener may outlive the 10 s
+		// stopComponent waits for it; systemd would restart the unit
+		// (Restart=always) until the port is free.
+		for deadline := time.Now().Add(time.Minute); ; time.Sleep(time.Second) {
+			errc, err = startAPIServer(ctx, node, args)
+			if err == nil || !strings.Contains(err.Error(), "address already in use") || time.Now().After(deadline) {
+				break
+			}
+		}
 	case ir.ComponentControllerManager:
 		errc, err = startControllerManager(ctx, args)
 	case ir.ComponentScheduler:

@@ -205,6 +205,15 @@ func runScenarios(t *testing.T, ctx context.Context, s *Sim, c *ir.Cluster) {
 		} else {
 			t.Logf("scenario %s:\n%s", name, report.String())
 		}
+		// The endpoint is a VIP of the control-plane nodes: losing its
+		// holder moves it, and the report says from where to where.
+		if name == "control-plane" && c.Endpoint.Mode == ir.EndpointVIP {
+			for _, want := range []string{"stop node cp1, which holds the API endpoint's VIP", "the VIP moved from cp1 to cp2 in "} {
+				if !strings.Contains(report.String(), want) {
+					t.Errorf("scenario %s: the report does not say %q:\n%s", name, want, report.String())
+				}
+			}
+		}
 	}
 	wrong := filepath.Join(t.TempDir(), "wrong.cue")
 	if err := os.WriteFile(wrong, []byte(`name: "wrong", steps: [{expect: write: "fails"}]`), 0o644); err != nil {

@@ -278,23 +278,8 @@ func (kb kubeBench) run(t *testing.T, c *ir.Cluster, tree *targets.Tree, cn cisN
 	if out, err := exec.Command("cp", "-a", "/etc", root).CombinedOutput(); err != nil {
 		t.Fatalf("copying /etc: %v\n%s", err, out)
 	}
+	layNode(t, tree, cn.node.Name, root)
 	prefix := targets.NodePath(cn.node.Name, "")
-	for _, f := range tree.Files() {
-		rel, ok := strings.CutPrefix(f.Path, prefix)
-		if !ok {
-			continue
-		}
-		p := filepath.Join(root, rel)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, f.Data, f.Mode); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chmod(p, f.Mode); err != nil {
-			t.Fatal(err)
-		}
-	}
 	for _, d := range []string{"var/lib", "usr/local/bin"} {
 		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
 			t.Fatal(err)

@@ -371,9 +371,11 @@ func ciliumAPIEnv(c *ir.Cluster) []corev1.EnvVar {
 	if !c.Network.CNI.KubeProxyReplacement {
 		return nil
 	}
+	// Host-network pods: the node-local proxy in mode nodeLocal.
+	apiHost, apiPort := c.Endpoint.NodeHostPort()
 	return []corev1.EnvVar{
-		{Name: "KUBERNETES_SERVICE_HOST", Value: c.Endpoint.Host},
-		{Name: "KUBERNETES_SERVICE_PORT", Value: strconv.Itoa(c.Endpoint.Port)},
+		{Name: "KUBERNETES_SERVICE_HOST", Value: apiHost},
+		{Name: "KUBERNETES_SERVICE_PORT", Value: strconv.Itoa(apiPort)},
 	}
 }
 

@@ -103,6 +103,13 @@ func apiServerArgs(c *ir.Cluster, n ir.Node, l layout) []string {
 	args := []string{
 		flag("advertise-address", n.Address().String()),
 		flag("allow-privileged", "true"),
+	}
+	// The VIP's HAProxy listens on the API servers' port at the VIP,
+	// which a listener on every address would hold.
+	if c.Endpoint.Mode == ir.EndpointVIP && c.Endpoint.Port == c.Kubernetes.APIServerPort {
+		args = append(args, flag("bind-address", n.Address().String()))
+	}
+	args = append(args,
 		// Off unless the spec waives CIS 1.2.1.
 		flag("anonymous-auth", strconv.FormatBool(c.Security.AnonymousAuth)),
 		flag("authorization-mode", "Node,RBAC"),
@@ -112,7 +119,7 @@ func apiServerArgs(c *ir.Cluster, n ir.Node, l layout) []string {
 		flag("etcd-cafile", l.at(pki.EtcdCACert)),
 		flag("etcd-certfile", l.at(pki.CertFile(pki.APIServerEtcdClientStem))),
 		flag("etcd-keyfile", l.at(pki.KeyFile(pki.APIServerEtcdClientStem))),
-		flag("etcd-servers", strings.Join(c.Etcd.ClientURLs, ",")),
+		flag("etcd-servers", strings.Join(etcdServers(c, n), ",")),
 		flag("kubelet-certificate-authority", l.at(pki.ClusterCACert)),
 		flag("kubelet-client-certificate", l.at(pki.CertFile(pki.APIServerKubeletClientStem))),
 		flag("kubelet-client-key", l.at(pki.KeyFile(pki.APIServerKubeletClientStem))),
@@ -136,7 +143,7 @@ func apiServerArgs(c *ir.Cluster, n ir.Node, l layout) []string {
 		flag("tls-cipher-suites", tlsCipherSuites),
 		flag("tls-min-version", "VersionTLS12"),
 		flag("tls-private-key-file", l.at(pki.KeyFile(pki.APIServerStem))),
-	}
+	)
 	if c.Security.EncryptionAtRest {
 		args = append(args, flag("encryption-provider-config", l.at(encryptionConfigPath)))
 	}
@@ -150,6 +157,23 @@ func apiServerArgs(c *ir.Cluster, n ir.Node, l layout) []string {
 	}
 	sort.Strings(args)
 	return args
+}
+
+// etcdServers are the etcd members an API server talks to. A stacked
+// API server talks to its own node's member only, as kubeadm's stacked
+// topology does: a member that dies takes its API server out of the
+// endpoint's rotation (its /readyz fails) instead of stalling every API
+// server's etcd client on the dead member until gRPC's keepalive gives
+// it up (10 s), which a VIP's failover would wait for.
+func etcdServers(c *ir.Cluster, n ir.Node) []string {
+	if n.Runs(ir.ComponentEtcd) {
+		for _, m := range c.Etcd.Members {
+			if m.Node == n.Name {
+				return []string{m.ClientURL}
+			}
+		}
+	}
+	return c.Etcd.ClientURLs
 }
 
 // controllerManagerArgs are kube-controller-manager's flags: node CIDR

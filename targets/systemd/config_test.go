@@ -105,8 +105,18 @@ func TestCrossArtifactValues(t *testing.T) {
 	if !strings.Contains(cm, "--node-cidr-mask-size-ipv4=24") || !strings.Contains(cm, "--node-cidr-mask-size-ipv6=64") {
 		t.Errorf("mask sizes missing: %s", cm)
 	}
-	if !strings.Contains(api, "--etcd-servers=https://10.20.0.11:2379,https://10.20.0.12:2379,https://10.20.0.13:2379") {
+	// A stacked API server talks to its own member only.
+	if !strings.Contains(api, "--etcd-servers=https://"+cp.Address().String()+":2379 ") {
 		t.Errorf("etcd servers: %s", api)
+	}
+	// An API server without a member of its own talks to all of them.
+	ext := fixture.Cluster(t, "external-etcd", nil)
+	for _, n := range ext.Nodes {
+		if n.Runs(ir.ComponentAPIServer) {
+			if got := strings.Join(etcdServers(ext, n), ","); got != strings.Join(ext.Etcd.ClientURLs, ",") || len(ext.Etcd.ClientURLs) != 5 {
+				t.Errorf("external etcd: %s talks to %s", n.Name, got)
+			}
+		}
 	}
 }
 

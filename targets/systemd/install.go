@@ -128,6 +128,9 @@ func binariesList(c *ir.Cluster, n ir.Node) ([]byte, error) {
 			}
 		}
 		for _, bin := range n.Binaries {
+			if bin.OS {
+				continue
+			}
 			fields, ok := byPath[bin.Path]
 			if !ok {
 				return nil, fmt.Errorf("no artifact installs %s", bin.Path)

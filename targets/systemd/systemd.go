@@ -79,6 +79,15 @@ func nodeFiles(m *pki.Material, tree *targets.Tree, rc *renderCache, opts Option
 				return err
 			}
 		}
+		efiles, err := endpointFiles(c, n, l)
+		if err != nil {
+			return fmt.Errorf("%s: %w", n.Name, err)
+		}
+		for _, p := range sortedPaths(efiles) {
+			if err := add(p, efiles[p].data, efiles[p].mode); err != nil {
+				return err
+			}
+		}
 		list, err := binariesList(c, n)
 		if err != nil {
 			return fmt.Errorf("%s: %w", n.Name, err)

@@ -66,6 +66,7 @@ func nodeUnits(c *ir.Cluster, n ir.Node, l layout) []UnitFile {
 			UnitFile{"kube-scheduler.service", scheduler},
 		)
 	}
+	out = append(out, endpointUnits(c, n, l)...)
 	if n.RunsPods() {
 		runtime := runtimeUnit(c, l)
 		out = append(out, runtime)
