@@ -169,14 +169,11 @@ func checkProxyPort(m *model, path string, port int, who string, onAPIServers bo
 			"choose another port, such as 6444", "controlPlane.apiServer.port")
 		return
 	}
-	for _, p := range nodePorts(&m.spec, m.spec.Etcd.Topology != "external") {
-		if p.port == port {
-			m.report(CodeEndpointPort, path, fmt.Sprintf("%s's port %d is the port of %s", who, port, p.owner),
-				"choose another port, such as 6444")
-			return
-		}
-	}
-	if port >= 30000 && port <= 32767 {
+	switch owner, nodePort := portTaken(m, port); {
+	case owner != "":
+		m.report(CodeEndpointPort, path, fmt.Sprintf("%s's port %d is the port of %s", who, port, owner),
+			"choose another port, such as 6444")
+	case nodePort:
 		m.report(CodeEndpointPort, path, fmt.Sprintf("%s's port %d lies in the NodePort range 30000-32767, which Services take on every node", who, port),
 			"choose a port outside the NodePort range, such as 6444")
 	}
@@ -234,23 +231,31 @@ func nodePorts(s *specCluster, stacked bool) []portOwner {
 // already listens on: one of them would not start.
 func checkPorts(m *model) {
 	port := m.spec.ControlPlane.APIServer.Port
-	stacked := m.spec.Etcd.Topology != "external"
-	for _, p := range nodePorts(&m.spec, stacked) {
-		if p.port == port {
-			var more []string
-			if strings.HasPrefix(p.owner, "etcd") && m.written("etcd.topology") {
-				more = append(more, "etcd.topology")
-			}
-			m.report(CodePortClash, "controlPlane.apiServer.port", fmt.Sprintf("the API server's port %d is the port of %s on every control-plane node", port, p.owner),
-				"choose another port for the API servers, such as 6443", more...)
-			return
+	owner, nodePort := portTaken(m, port)
+	switch {
+	case owner != "":
+		var more []string
+		if strings.HasPrefix(owner, "etcd") && m.written("etcd.topology") {
+			more = append(more, "etcd.topology")
 		}
-	}
-	// Services of type NodePort take these ports on every node address.
-	if port >= 30000 && port <= 32767 {
+		m.report(CodePortClash, "controlPlane.apiServer.port", fmt.Sprintf("the API server's port %d is the port of %s on every control-plane node", port, owner),
+			"choose another port for the API servers, such as 6443", more...)
+	case nodePort:
 		m.report(CodePortClash, "controlPlane.apiServer.port", fmt.Sprintf("the API server's port %d lies in the NodePort range 30000-32767, which Services take on every node", port),
 			"choose a port outside the NodePort range, such as 6443")
 	}
+}
+
+// portTaken says what else listens on port on a control-plane node: a
+// component (its owner), or Services of type NodePort, which take the
+// ports 30000-32767 on every node address.
+func portTaken(m *model, port int) (owner string, nodePort bool) {
+	for _, p := range nodePorts(&m.spec, m.spec.Etcd.Topology != "external") {
+		if p.port == port {
+			return p.owner, false
+		}
+	}
+	return "", port >= 30000 && port <= 32767
 }
 
 // checkPodNodes warns when ordinary pods have nowhere to run: a cluster

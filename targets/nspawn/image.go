@@ -74,7 +74,7 @@ func aptMirror() string {
 // ensureImage returns the cached base image under cache, building it
 // with debootstrap the first time (into a temporary directory, renamed
 // into place when complete). log receives debootstrap's output.
-func ensureImage(cache string, log io.Writer, logf func(string, ...any)) (string, error) {
+func ensureImage(cache string, now time.Time, log io.Writer, logf func(string, ...any)) (string, error) {
 	mirror := aptMirror()
 	dir := filepath.Join(cache, "images", imageKey(mirror))
 	if _, err := os.Stat(filepath.Join(dir, "etc", "os-release")); err == nil {
@@ -86,7 +86,7 @@ func ensureImage(cache string, log io.Writer, logf func(string, ...any)) (string
 	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
 		return "", err
 	}
-	removeStaleBuilds(filepath.Dir(dir))
+	removeStaleBuilds(filepath.Dir(dir), now)
 	tmp, err := os.MkdirTemp(filepath.Dir(dir), ".build-")
 	if err != nil {
 		return "", err
@@ -132,11 +132,11 @@ func ensureImage(cache string, log io.Writer, logf func(string, ...any)) (string
 // removeStaleBuilds removes the build directories of builds that died
 // with their process (a crash or a machine restart): any older than a
 // build could take.
-func removeStaleBuilds(images string) {
+func removeStaleBuilds(images string, now time.Time) {
 	entries, _ := os.ReadDir(images)
 	for _, e := range entries {
 		info, err := e.Info()
-		if !strings.HasPrefix(e.Name(), ".build-") || err != nil || time.Since(info.ModTime()) < 6*time.Hour {
+		if !strings.HasPrefix(e.Name(), ".build-") || err != nil || now.Sub(info.ModTime()) < 6*time.Hour {
 			continue
 		}
 		p := filepath.Join(images, e.Name())

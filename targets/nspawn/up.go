@@ -297,7 +297,7 @@ func (c *Cluster) prepare(ctx context.Context) error {
 	c.image = cfg.Image
 	if c.image == "" {
 		var err error
-		c.image, err = ensureImage(cfg.Cache, cfg.Log, c.logf)
+		c.image, err = ensureImage(cfg.Cache, cfg.Now(), cfg.Log, c.logf)
 		if err != nil {
 			return err
 		}

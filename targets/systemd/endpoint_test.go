@@ -168,10 +168,14 @@ func TestEndpointNodeLocal(t *testing.T) {
 			t.Errorf("%s's haproxy.cfg:\n%s", n.Name, cfg)
 		}
 		checkHAProxy(t, root)
-		for _, kc := range []string{pki.KubeletKubeconfig, pki.KubeProxyKubeconfig} {
+		kubeconfigs := []string{pki.KubeletKubeconfig}
+		if n.Runs(ir.ComponentKubeProxy) {
+			kubeconfigs = append(kubeconfigs, pki.KubeProxyKubeconfig)
+		}
+		for _, kc := range kubeconfigs {
 			f, ok := tree.Get(targets.NodePath(n.Name, kc))
-			if ok && !strings.Contains(string(f.Data), `server: "https://127.0.0.1:6444"`) {
-				t.Errorf("%s's %s does not dial the node-local proxy", n.Name, kc)
+			if !ok || !strings.Contains(string(f.Data), `server: "https://127.0.0.1:6444"`) {
+				t.Errorf("%s's %s does not dial the node-local proxy (present: %t)", n.Name, kc, ok)
 			}
 		}
 	}
