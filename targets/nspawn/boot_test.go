@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -655,8 +656,8 @@ func vipHolder(t *testing.T, c *Cluster, vip string) string {
 // endpoint's VIP themselves (keepalived and HAProxy from the image's
 // packages, the compiled configurations) and a worker; the machine
 // holding the VIP loses its power, and the API answers through the
-// endpoint again within 10 s, from another holder, while the worker
-// stays Ready.
+// endpoint within 10 s, from another holder, while the worker stays
+// Ready.
 func TestUpVIPFailover(t *testing.T) {
 	c, out := boot(t, fixture.Path("targets/nspawn/testdata/vip"), TargetSystemd)
 	for _, a := range c.Adjustments() {
@@ -669,32 +670,43 @@ func TestUpVIPFailover(t *testing.T) {
 	ctx := context.Background()
 	before := vipHolder(t, c, vip)
 	t.Logf("%s holds the VIP", before)
+	// keepalived runs its check of HAProxy every second: a sandbox that
+	// denies it something shows as a complaint every second.
+	for _, n := range []string{"cp1", "cp2", "cp3"} {
+		log, err := c.Exec(ctx, n, "journalctl", "--no-pager", "-o", "cat", "-u", "keepalived.service")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i := bytes.Index(log, []byte("Couldn't")); i >= 0 {
+			line, _, _ := bytes.Cut(log[i:], []byte("\n"))
+			t.Errorf("keepalived on %s: %s", n, line)
+		}
+	}
 
+	// A client polls /readyz through the endpoint ten times a second
+	// from before the stop, each request given a second: the outage is
+	// the longest wait between two answers.
+	probe := startProbe(ctx, k)
+	time.Sleep(time.Second)
 	stopped := time.Now()
 	if err := c.Stop(ctx, before, 0); err != nil {
 		t.Fatal(err)
 	}
-	var back time.Duration
+	t.Logf("%s lost its power (%.1fs to kill it)", before, time.Since(stopped).Seconds())
 	eventually(t, 30*time.Second, "the API through the endpoint", func() error {
-		rctx, cancel := context.WithTimeout(ctx, time.Second)
-		defer cancel()
-		if !k.ready(rctx) {
+		if !probe.answeredSince(stopped.Add(time.Second)) {
 			return fmt.Errorf("%s/readyz does not answer", out.Cluster.Endpoint.URL)
 		}
-		back = time.Since(stopped)
 		return nil
 	})
+	outage := probe.stop(stopped)
 	after := vipHolder(t, c, vip)
-	t.Logf("the API answered through %s %.1fs after %s stopped; %s holds the VIP", out.Cluster.Endpoint.URL, back.Seconds(), before, after)
+	t.Logf("the API through %s: at most %.1fs without an answer after %s stopped; %s holds the VIP", out.Cluster.Endpoint.URL, outage.Seconds(), before, after)
 	if after == before {
 		t.Fatalf("the VIP stayed with the stopped %s", before)
 	}
-	// Issue 16 asks for 10 s. Measured here: about 4 s in most runs, but
-	// 10 s in about one run of three, not yet explained (see the issue's
-	// note); this bound holds the failover to a VIP move and HAProxy's
-	// checks, not to a stall of the kind the etcd change removed.
-	if back > 20*time.Second {
-		t.Errorf("the API was unreachable through the endpoint for %.1fs, more than 20 s", back.Seconds())
+	if outage > 10*time.Second {
+		t.Errorf("the API was unreachable through the endpoint for %.1fs, more than 10 s", outage.Seconds())
 	}
 	// The worker reaches the API through the VIP: it stays Ready past
 	// the node monitor's grace period, while the stopped node does not.
@@ -719,4 +731,61 @@ func TestUpVIPFailover(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// probe polls an API's /readyz until stopped, keeping when each answer
+// came.
+type probe struct {
+	mu      sync.Mutex
+	answers []time.Time
+	cancel  context.CancelFunc
+	done    chan struct{}
+}
+
+func startProbe(ctx context.Context, k *kube) *probe {
+	ctx, cancel := context.WithCancel(ctx)
+	p := &probe{cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		for ctx.Err() == nil {
+			rctx, cancel := context.WithTimeout(ctx, time.Second)
+			ok := k.ready(rctx)
+			cancel()
+			if ok {
+				p.mu.Lock()
+				p.answers = append(p.answers, time.Now())
+				p.mu.Unlock()
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}()
+	return p
+}
+
+// answeredSince says whether an answer came after t.
+func (p *probe) answeredSince(t time.Time) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.answers) > 0 && p.answers[len(p.answers)-1].After(t)
+}
+
+// stop ends the polling and returns the longest wait between two
+// answers, from the last one before from on.
+func (p *probe) stop(from time.Time) time.Duration {
+	p.cancel()
+	<-p.done
+	last := from
+	var longest time.Duration
+	for _, a := range p.answers {
+		if a.Before(from) {
+			last = a
+			continue
+		}
+		longest = max(longest, a.Sub(last))
+		last = a
+	}
+	return longest
 }

@@ -69,7 +69,7 @@ func undo(ctx context.Context, j *journal, log io.Writer) error {
 			// nspawn ends the machine at once on a second SIGTERM.
 			r.signal(syscall.SIGTERM)
 			time.Sleep(3 * time.Second)
-			r.signal(syscall.SIGKILL)
+			r.kill()
 		}
 		for r.alive() {
 			select {

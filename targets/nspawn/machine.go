@@ -271,28 +271,34 @@ func consoleTail(path string, n int) string {
 
 // stop halts the machine: SIGTERM makes nspawn send systemd its
 // SIGRTMIN+3 (halt); after grace, a second SIGTERM makes nspawn end the
-// machine at once.
+// machine at once. With no grace the machine is killed, as one that
+// loses its power: nothing in it gets to say goodbye.
 func (m *machine) stop(ctx context.Context, grace time.Duration) (forced bool) {
 	m.mu.Lock()
 	m.stopped = true
 	r := m.proc
 	m.mu.Unlock()
-	r.signal(syscall.SIGTERM)
-	t := time.NewTimer(grace)
-	defer t.Stop()
-	select {
-	case <-m.done:
-		return false
-	case <-t.C:
-	case <-ctx.Done():
+	if grace > 0 {
+		r.signal(syscall.SIGTERM)
+		t := time.NewTimer(grace)
+		defer t.Stop()
+		select {
+		case <-m.done:
+			return false
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		// nspawn ends the machine at once on a second SIGTERM; the two
+		// must not be sent back to back, or the kernel merges them into
+		// one and the machine goes on shutting down.
+		r.signal(syscall.SIGTERM)
+		select {
+		case <-m.done:
+			return true
+		case <-time.After(10 * time.Second):
+		}
 	}
-	r.signal(syscall.SIGTERM)
-	select {
-	case <-m.done:
-		return true
-	case <-time.After(10 * time.Second):
-	}
-	r.signal(syscall.SIGKILL)
+	r.kill()
 	<-m.done
 	return true
 }

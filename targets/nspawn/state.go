@@ -161,6 +161,19 @@ func (r Resource) alive() bool {
 	return r.PID > 1 && r.Start != 0 && processStart(r.PID) == r.Start
 }
 
+// kill ends a machine at once. Its init goes first, which makes the
+// kernel end every process of the machine's PID namespace: nspawn killed
+// alone leaves the machine running, orphaned.
+func (r Resource) kill() {
+	if !r.alive() {
+		return
+	}
+	if pid := firstChild(r.PID); pid > 0 {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	r.signal(syscall.SIGKILL)
+}
+
 // signal sends sig to the process a resource names, if it still is that
 // process.
 func (r Resource) signal(sig syscall.Signal) {

@@ -308,7 +308,9 @@ func endpointUnits(c *ir.Cluster, n ir.Node, l layout) []UnitFile {
 	}}
 	// VRRP is IP protocol 112 on a raw socket; the VIP is added over
 	// netlink and announced with gratuitous ARP (a packet socket).
-	sandbox(&keepalived, []string{"CAP_NET_ADMIN", "CAP_NET_RAW", "CAP_NET_BROADCAST"},
+	// keepalived sets the groups of the check's user (root) before it
+	// runs the check, and logs every second if it cannot.
+	sandbox(&keepalived, []string{"CAP_NET_ADMIN", "CAP_NET_RAW", "CAP_NET_BROADCAST", "CAP_SETGID"},
 		unitfile.Directive{Key: "RestrictAddressFamilies", Value: "AF_PACKET"})
 	return append(out, UnitFile{"keepalived.service", keepalived})
 }
