@@ -605,6 +605,14 @@ func designCases() []checkCase {
 			pass: one + `controlPlane: endpoint: {address: "10.0.0.10", mode: "external"}`,
 			fail: one + `controlPlane: endpoint: {address: "10.0.0.10", mode: "vip"}`,
 			path: "controlPlane.endpoint.mode", pos: "9:54"},
+		{code: CodeOSPackages, // keepalived and HAProxy on Flatcar: at the cluster's os
+			pass: haNet + `controlPlane: endpoint: mode: "external"` + "\nos: \"flatcar\"",
+			fail: haNet + `controlPlane: endpoint: mode: "vip"` + "\nos: \"flatcar\"",
+			path: "os", pos: "15:5"},
+		{code: CodeOSPackages, // HAProxy on a Fedora CoreOS pool's nodes: at the pool's os
+			pass: haNet + `controlPlane: endpoint: mode: "vip"` + "\nworkers: pools: w: {count: 2, firstAddress: \"10.0.1.1\", os: \"fedora-coreos\"}",
+			fail: haNet + `controlPlane: endpoint: mode: "nodeLocal"` + "\nworkers: pools: w: {count: 2, firstAddress: \"10.0.1.1\", os: \"fedora-coreos\"}",
+			path: "workers.pools.w.os", pos: "15:61"},
 		{code: CodeEndpointPort, // the node-local proxy on the API servers' port
 			pass: haNet + `controlPlane: endpoint: {mode: "nodeLocal", nodeLocal: port: 6444}`,
 			fail: haNet + `controlPlane: endpoint: {mode: "nodeLocal", nodeLocal: port: 6443}`,

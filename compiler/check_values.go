@@ -121,6 +121,7 @@ func stringFields() []stringField {
 		{pattern: "controlPlane.nodes.*.taints[].effect", checkedBy: "schema", sample: cpNode + `taints: [{key: "k", effect: %s}]`},
 		{pattern: "controlPlane.nodes.*.capacity.memory", checkedBy: "schema", sample: cpNode + `capacity: memory: %s`},
 		{pattern: "controlPlane.nodes.*.kubeletVersion", checkedBy: "schema", sample: cpNode + `kubeletVersion: %s`},
+		{pattern: "controlPlane.nodes.*.os", checkedBy: "schema", sample: cpNode + `os: %s`},
 		{pattern: "workers.nodes.*:key", checkedBy: CodeNodeName, sample: `workers: nodes: %s: address: "10.0.1.9"`},
 		{pattern: "workers.nodes.*.address", checkedBy: CodeAddressParse, sample: `workers: nodes: w9: address: %s`},
 		{pattern: "workers.nodes.*.secondaryAddress", checkedBy: CodeAddressParse, sample: worker + `secondaryAddress: %s}`},
@@ -134,6 +135,7 @@ func stringFields() []stringField {
 		{pattern: "workers.nodes.*.taints[].effect", checkedBy: "schema", sample: worker + `taints: [{key: "k", effect: %s}]}`},
 		{pattern: "workers.nodes.*.capacity.memory", checkedBy: "schema", sample: worker + `capacity: memory: %s}`},
 		{pattern: "workers.nodes.*.kubeletVersion", checkedBy: "schema", sample: worker + `kubeletVersion: %s}`},
+		{pattern: "workers.nodes.*.os", checkedBy: "schema", sample: worker + `os: %s}`},
 		{pattern: "workers.pools.*:key", unused: "a pool's name names nodes only through namePattern, whose results KC0102 checks"},
 		{pattern: "workers.pools.*.namePattern", checkedBy: CodePoolPattern, sample: pool + `namePattern: %s}`},
 		{pattern: "workers.pools.*.firstAddress", checkedBy: CodeAddressParse, sample: `workers: pools: p: {count: 1, namePattern: "p%%d", firstAddress: %s}`},
@@ -148,6 +150,8 @@ func stringFields() []stringField {
 		{pattern: "workers.pools.*.taints[].effect", checkedBy: "schema", sample: pool + `taints: [{key: "k", effect: %s}]}`},
 		{pattern: "workers.pools.*.capacity.memory", checkedBy: "schema", sample: pool + `capacity: memory: %s}`},
 		{pattern: "workers.pools.*.kubeletVersion", checkedBy: "schema", sample: pool + `kubeletVersion: %s}`},
+		{pattern: "workers.pools.*.os", checkedBy: "schema", sample: pool + `os: %s}`},
+		{pattern: "os", checkedBy: "schema", sample: `os: %s`},
 		{pattern: "etcd.topology", checkedBy: "schema", sample: `etcd: topology: %s`},
 		{pattern: "etcd.version", checkedBy: "schema", sample: `etcd: version: %s`},
 		{pattern: "etcd.members.*:key", checkedBy: CodeNodeName, sample: `etcd: {topology: "external", members: %s: address: "10.0.2.1"}`},
@@ -210,6 +214,10 @@ func stringFields() []stringField {
 		{pattern: "boot.roles.*.kernel", checkedBy: "schema", sample: boot + `roles: worker: kernel: %s}`},
 		{pattern: "boot.roles.*.initrd[]", checkedBy: "schema", sample: boot + `roles: worker: initrd: [%s]}`},
 		{pattern: "boot.roles.*.args[]", checkedBy: CodeKernelArg, sample: boot + `roles: worker: args: [%s]}`},
+		{pattern: "boot.os.*:key", checkedBy: "schema", sample: boot + `os: %s: {}}`},
+		{pattern: "boot.os.*.kernel", checkedBy: "schema", sample: boot + `os: flatcar: kernel: %s}`},
+		{pattern: "boot.os.*.initrd[]", checkedBy: "schema", sample: boot + `os: flatcar: initrd: [%s]}`},
+		{pattern: "boot.os.*.args[]", checkedBy: CodeKernelArg, sample: boot + `os: flatcar: args: [%s]}`},
 	}
 }
 
@@ -586,9 +594,15 @@ func checkBootValues(m *model) {
 		asset(fmt.Sprintf("boot.initrd[%d]", i), x)
 	}
 	args("boot.args", b.Args)
-	for _, role := range sortedKeys(b.Roles) {
-		r := b.Roles[role]
-		p := "boot.roles." + quoteLabel(role)
+	overrides := map[string]specBootOverride{}
+	for role, r := range b.Roles {
+		overrides["boot.roles."+quoteLabel(role)] = r
+	}
+	for os, r := range b.OS {
+		overrides["boot.os."+quoteLabel(os)] = r
+	}
+	for _, p := range sortedKeys(overrides) {
+		r := overrides[p]
 		if r.Kernel != nil {
 			asset(p+".kernel", *r.Kernel)
 		}

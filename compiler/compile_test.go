@@ -50,7 +50,7 @@ func TestExamplesAreClean(t *testing.T) {
 		t.Fatalf("expected at least 5 examples, found %v (%v)", dirs, err)
 	}
 	// The single-node example has one etcd member by nature.
-	allowed := map[string][]string{"single-node": {CodeEtcdSingle}}
+	allowed := map[string][]string{"single-node": {CodeEtcdSingle}, "flatcar": {CodeEtcdSingle}}
 	for _, dir := range dirs {
 		name := filepath.Base(dir)
 		t.Run(name, func(t *testing.T) {

@@ -237,6 +237,10 @@ func lowerNode(m *model, mn *mnode, stacked bool) ir.Node {
 	if mn.spec.KubeletVersion != "" {
 		n.KubeletVersion = mn.spec.KubeletVersion
 	}
+	n.OS, n.OSPath = ir.OS(s.OS), "os"
+	if mn.spec.OS != "" {
+		n.OS, n.OSPath = ir.OS(mn.spec.OS), mn.fieldPath("os")
+	}
 	if mn.role == ir.RoleEtcd {
 		n.Components = []ir.Component{ir.ComponentEtcd}
 		n.KubeletVersion = ""
@@ -346,7 +350,7 @@ func firstPath(from string) string {
 func nodeBinaries(s *specCluster, n ir.Node) []ir.Binary {
 	k := s.Kubernetes.Components
 	bin := func(name, version, flag string) ir.Binary {
-		return ir.Binary{Path: ir.BinDir + "/" + name, Version: version, VersionFlag: flag}
+		return ir.Binary{Path: n.OS.BinDir() + "/" + name, Version: version, VersionFlag: flag}
 	}
 	kube := func(v string) string { return "Kubernetes v" + v }
 	var out []ir.Binary
@@ -402,22 +406,17 @@ func lowerBoot(b *specBoot, nodes []ir.Node) *ir.Boot {
 	}
 	out := &ir.Boot{MatchboxURL: strings.TrimSuffix(b.MatchboxURL, "/")}
 	for _, role := range []ir.Role{ir.RoleControlPlane, ir.RoleEtcd, ir.RoleWorker} {
-		if !slices.ContainsFunc(nodes, func(n ir.Node) bool { return n.Role == role }) {
-			continue
+		for _, os := range []ir.OS{ir.OSDebian, ir.OSFlatcar, ir.OSFedoraCoreOS} {
+			if !slices.ContainsFunc(nodes, func(n ir.Node) bool { return n.Role == role && n.OS == os }) {
+				continue
+			}
+			img := ir.BootImage{Role: role, OS: os, Kernel: b.Kernel, Initrd: b.Initrd, Args: b.Args}
+			// The family's kernel wins over the role's: a role's
+			// override is written for the cluster's own family.
+			b.Roles[string(role)].apply(&img)
+			b.OS[string(os)].apply(&img)
+			out.Images = append(out.Images, img)
 		}
-		img := ir.BootImage{Role: role, Kernel: b.Kernel, Initrd: b.Initrd, Args: b.Args}
-		if r, ok := b.Roles[string(role)]; ok {
-			if r.Kernel != nil {
-				img.Kernel = *r.Kernel
-			}
-			if r.Initrd != nil {
-				img.Initrd = *r.Initrd
-			}
-			if r.Args != nil {
-				img.Args = *r.Args
-			}
-		}
-		out.Images = append(out.Images, img)
 	}
 	return out
 }

@@ -1,5 +1,7 @@
 package compiler
 
+import "github.com/kcompile/kcompile/compiler/ir"
+
 // The types below mirror schema/v1alpha1 field by field; they are what the
 // validated CUE value decodes into before checks and lowering. Only fields
 // that the schema makes optional are pointers or may be empty.
@@ -23,6 +25,7 @@ type specCluster struct {
 		MaxUserDataBytes int `json:"maxUserDataBytes"`
 	} `json:"cloudInit"`
 	Boot   *specBoot `json:"boot"`
+	OS     string    `json:"os"`
 	Access struct {
 		Users map[string]struct {
 			SSHAuthorizedKeys []string `json:"sshAuthorizedKeys"`
@@ -72,6 +75,7 @@ type specNodeCommon struct {
 	Taints         []specTaint       `json:"taints"`
 	Capacity       specCapacity      `json:"capacity"`
 	KubeletVersion string            `json:"kubeletVersion"`
+	OS             string            `json:"os"`
 }
 
 type specNode struct {
@@ -250,9 +254,24 @@ type specBoot struct {
 	specBootImage
 	// Roles' fields are pointers: an absent field inherits, an empty list
 	// replaces.
-	Roles map[string]struct {
-		Kernel *string   `json:"kernel"`
-		Initrd *[]string `json:"initrd"`
-		Args   *[]string `json:"args"`
-	} `json:"roles"`
+	Roles map[string]specBootOverride `json:"roles"`
+	OS    map[string]specBootOverride `json:"os"`
+}
+
+type specBootOverride struct {
+	Kernel *string   `json:"kernel"`
+	Initrd *[]string `json:"initrd"`
+	Args   *[]string `json:"args"`
+}
+
+func (o specBootOverride) apply(img *ir.BootImage) {
+	if o.Kernel != nil {
+		img.Kernel = *o.Kernel
+	}
+	if o.Initrd != nil {
+		img.Initrd = *o.Initrd
+	}
+	if o.Args != nil {
+		img.Args = *o.Args
+	}
 }

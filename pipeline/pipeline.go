@@ -17,6 +17,7 @@ import (
 	"github.com/kcompile/kcompile/compiler/pki"
 	"github.com/kcompile/kcompile/targets"
 	"github.com/kcompile/kcompile/targets/cloudinit"
+	"github.com/kcompile/kcompile/targets/ignition"
 	"github.com/kcompile/kcompile/targets/systemd"
 	"github.com/kcompile/kcompile/targets/terraform"
 )
@@ -30,22 +31,26 @@ const (
 	Systemd Target = "systemd"
 	// CloudInit packs the systemd trees into each node's cloud-init.
 	CloudInit Target = "cloudinit"
-	// Terraform is a module serving the cloud-init trees through Matchbox.
+	// Ignition packs the systemd trees of the nodes that run an Ignition
+	// system into their Ignition configs.
+	Ignition Target = "ignition"
+	// Terraform is a module serving the cloud-init and Ignition configs
+	// through Matchbox.
 	Terraform Target = "terraform"
 	// PKI is the issued certificates, keys and kubeconfigs alone.
 	PKI Target = "pki"
 )
 
 // Targets lists every target, for the command line.
-func Targets() []Target { return []Target{Systemd, CloudInit, Terraform, PKI} }
+func Targets() []Target { return []Target{Systemd, CloudInit, Ignition, Terraform, PKI} }
 
 // needs is what a target is built from.
 func (t Target) needs() []Target {
 	switch t {
-	case CloudInit:
+	case CloudInit, Ignition:
 		return []Target{Systemd}
 	case Terraform:
-		return []Target{Systemd, CloudInit}
+		return []Target{Systemd, CloudInit, Ignition}
 	}
 	return nil
 }
@@ -74,8 +79,9 @@ type Output struct {
 	Material    *pki.Material
 	Trees       map[Target]*targets.Tree
 	Diagnostics diag.List
-	// Sizes are every node's user-data size, when cloud-init was built.
-	Sizes []cloudinit.NodeSize
+	// Sizes are every node's user-data size, when cloud-init was built,
+	// and IgnitionSizes every Ignition config's.
+	Sizes, IgnitionSizes []targets.NodeSize
 }
 
 // Run compiles, checks, issues and builds. Diagnostics are about the
@@ -102,6 +108,10 @@ func Run(in Input) (*Output, error) {
 	want := map[Target]bool{}
 	for _, t := range in.Targets {
 		want[t] = true
+		// A request for both kinds of node config leaves no node out.
+		if !slices.Contains(in.Targets, CloudInit) || !slices.Contains(in.Targets, Ignition) {
+			diags = append(diags, coverage(t, c)...)
+		}
 		for _, n := range t.needs() {
 			want[n] = true
 		}
@@ -117,6 +127,9 @@ func Run(in Input) (*Output, error) {
 		diags = append(diags, d...)
 		if t == CloudInit && tree != nil {
 			out.Sizes = cloudinit.Sizes(c, tree)
+		}
+		if t == Ignition && tree != nil {
+			out.IgnitionSizes = ignition.Sizes(c, tree)
 		}
 		if tree == nil || d.HasErrors() {
 			break
@@ -145,8 +158,10 @@ func build(t Target, m *pki.Material, built map[Target]*targets.Tree, opts syste
 		return tree, nil, err
 	case CloudInit:
 		return cloudinit.Build(m, built[Systemd])
+	case Ignition:
+		return ignition.Build(m, built[Systemd])
 	case Terraform:
-		return terraform.Build(m, built[CloudInit])
+		return terraform.Build(m, built[CloudInit], built[Ignition])
 	}
 	tree, err := pkiTree(m)
 	return tree, nil, err
@@ -178,6 +193,19 @@ func Rules() []diag.Rule {
 	out = append(out, compiler.Rules()...)
 	out = append(out, pki.Rules()...)
 	out = append(out, cloudinit.Rules()...)
+	out = append(out, ignition.Rules()...)
 	out = append(out, terraform.Rules()...)
 	return out
+}
+
+// coverage reports the nodes a requested node-config target leaves out:
+// cloud-init configures Debian-like systems, Ignition the others.
+func coverage(t Target, c *ir.Cluster) diag.List {
+	switch t {
+	case CloudInit:
+		return cloudinit.CheckCoverage(c)
+	case Ignition:
+		return ignition.CheckCoverage(c)
+	}
+	return nil
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/kcompile/kcompile/targets"
 	"github.com/kcompile/kcompile/targets/cloudinit"
+	"github.com/kcompile/kcompile/targets/ignition"
 )
 
 // Status is what happened to a file or node.
@@ -50,8 +51,8 @@ type NodeChange struct {
 	Restarts []string `json:"restarts,omitempty"`
 	Starts   []string `json:"starts,omitempty"`
 	Stops    []string `json:"stops,omitempty"`
-	// Reprovision is set when the node's cloud-init user-data changed:
-	// cloud-init applies it on the first boot only. Affects are the units
+	// Reprovision is set when the node's cloud-init user-data or Ignition
+	// config changed: both apply it on the first boot only. Affects are the units
 	// the change touches, as Restarts would be for the files themselves.
 	Reprovision bool     `json:"reprovision,omitempty"`
 	Affects     []string `json:"affects,omitempty"`
@@ -165,7 +166,7 @@ func fileKind(p string, old []byte, modeA fs.FileMode, new []byte, modeB fs.File
 		return ka
 	case ka == KindSecret || kb == KindSecret:
 		return KindSecret
-	case ka == KindUserData || kb == KindUserData || ka == KindKubeconfig || kb == KindKubeconfig:
+	case ka == KindUserData || kb == KindUserData || ka == KindIgnition || kb == KindIgnition || ka == KindKubeconfig || kb == KindKubeconfig:
 		// They hold secrets; never fall back to a text diff.
 		return KindSecret
 	case ka == KindBinary || kb == KindBinary:
@@ -196,7 +197,9 @@ func view(k Kind, p string, old, new []byte, inA, inB bool) ([]string, string) {
 	case KindKubeconfig:
 		return kubeconfigLines(old, new), ""
 	case KindUserData:
-		return userDataLines(old, new), ""
+		return configLines(cloudinit.Decode, "write_files", old, new), ""
+	case KindIgnition:
+		return configLines(ignition.Decode, "storage.files", old, new), ""
 	case KindUnit:
 		if inA && inB {
 			return unitLines(old, new), unified()
@@ -262,7 +265,11 @@ func (r *Report) summarise(a, b map[string]targets.File) {
 		for _, f := range changed[n] {
 			if f.Kind == KindUserData && nc.Status == Modified {
 				nc.Reprovision = true
-				nc.Affects = userDataAffects(a[f.Path].Data, b[f.Path].Data)
+				nc.Affects = configAffects(cloudinit.Decode, a[f.Path].Data, b[f.Path].Data)
+			}
+			if f.Kind == KindIgnition && nc.Status == Modified {
+				nc.Reprovision = true
+				nc.Affects = configAffects(ignition.Decode, a[f.Path].Data, b[f.Path].Data)
 			}
 		}
 		if nc.Status == Modified {
@@ -410,11 +417,14 @@ func resolve(ref string, all map[string]bool, dirs bool) []string {
 	return out
 }
 
-// userDataAffects is the units a user-data change touches: the restarts
-// its files would cause on a running node.
-func userDataAffects(old, new []byte) []string {
-	da, errA := cloudinit.Decode(old)
-	db, errB := cloudinit.Decode(new)
+// decoder reads a node config back into what it configures.
+type decoder func([]byte) (targets.Decoded, error)
+
+// configAffects is the units a node config's change touches: the
+// restarts its files would cause on a running node.
+func configAffects(decode decoder, old, new []byte) []string {
+	da, errA := decode(old)
+	db, errB := decode(new)
 	if errA != nil || errB != nil {
 		return nil
 	}
@@ -438,11 +448,12 @@ func userDataAffects(old, new []byte) []string {
 	return out
 }
 
-// userDataLines describes user-data by the files it writes, each in its
-// own kind, and then the rest of its config.
-func userDataLines(old, new []byte) []string {
-	da, errA := decodeOrEmpty(old)
-	db, errB := decodeOrEmpty(new)
+// configLines describes a node config (user-data, Ignition) by the files
+// it writes, each in its own kind, and then the rest of its config, which
+// names its files' field.
+func configLines(decode decoder, filesField string, old, new []byte) []string {
+	da, errA := decodeOrEmpty(decode, old)
+	db, errB := decodeOrEmpty(decode, new)
 	if errA != nil || errB != nil {
 		return []string{"content: " + change(hashOrEmpty(old), hashOrEmpty(new)) + " (not decodable; holds secrets, not shown)"}
 	}
@@ -477,7 +488,7 @@ func userDataLines(old, new []byte) []string {
 		}
 	}
 	if !bytes.Equal(da.Rest, db.Rest) {
-		out = append(out, "config (besides write_files):")
+		out = append(out, "config (besides "+filesField+"):")
 		for _, l := range unifiedBody(Unified("a", "b", da.Rest, db.Rest, 3)) {
 			out = append(out, "  "+l)
 		}
@@ -488,13 +499,13 @@ func userDataLines(old, new []byte) []string {
 	return out
 }
 
-// decodeOrEmpty reads a user-data that is not there (nil) as one that
+// decodeOrEmpty reads a config that is not there (nil) as one that
 // writes nothing and configures nothing.
-func decodeOrEmpty(b []byte) (cloudinit.Decoded, error) {
+func decodeOrEmpty(decode decoder, b []byte) (targets.Decoded, error) {
 	if b == nil {
-		return cloudinit.Decoded{}, nil
+		return targets.Decoded{}, nil
 	}
-	return cloudinit.Decode(b)
+	return decode(b)
 }
 
 // unifiedBody is a unified diff without its file headers, for showing

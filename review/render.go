@@ -52,7 +52,7 @@ func nodeLine(n NodeChange) string {
 		s += "; stops " + strings.Join(n.Stops, ", ")
 	}
 	if n.Reprovision {
-		s += "; reprovision (cloud-init applies user-data on first boot only)"
+		s += "; reprovision (cloud-init and Ignition apply a node's config on its first boot only)"
 		if len(n.Affects) > 0 {
 			s += ", affects " + strings.Join(n.Affects, ", ")
 		}

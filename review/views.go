@@ -8,6 +8,7 @@ import (
 	"crypto/sha256"
 	"crypto/x509"
 	"encoding/hex"
+	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"io/fs"
@@ -41,6 +42,9 @@ const (
 	// KindUserData files (cloud-init user-data) are shown as the files
 	// they write, each in its own kind, and the rest of the config.
 	KindUserData Kind = "user-data"
+	// KindIgnition files (Ignition configs) are shown as the files they
+	// write, each in its own kind, and the rest of the config.
+	KindIgnition Kind = "ignition"
 	// KindBinary files are shown as a content hash.
 	KindBinary Kind = "binary"
 )
@@ -53,6 +57,8 @@ func classify(path string, data []byte, mode fs.FileMode) Kind {
 	switch {
 	case isUserData(data):
 		return KindUserData
+	case isIgnition(path, data):
+		return KindIgnition
 	case isKubeconfig(data):
 		return KindKubeconfig
 	case bytes.Contains(data, []byte("PRIVATE KEY-----")), bytes.Contains(data, []byte("kind: EncryptionConfiguration")):
@@ -97,6 +103,20 @@ func isKubeconfig(data []byte) bool {
 }
 
 func isUserData(data []byte) bool { return bytes.HasPrefix(data, []byte("#cloud-config\n")) }
+
+// isIgnition: a JSON object with an ignition.version, as every Ignition
+// config has.
+func isIgnition(path string, data []byte) bool {
+	if !strings.HasSuffix(path, ".ign") || !bytes.HasPrefix(data, []byte("{")) {
+		return false
+	}
+	var head struct {
+		Ignition struct {
+			Version string `json:"version"`
+		} `json:"ignition"`
+	}
+	return json.Unmarshal(data, &head) == nil && head.Ignition.Version != ""
+}
 
 // hash names content without revealing it.
 func hash(data []byte) string {

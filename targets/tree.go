@@ -20,6 +20,23 @@ type File struct {
 	Mode fs.FileMode
 }
 
+// NodeSize is the size of one node's config (user-data, Ignition).
+type NodeSize struct {
+	Node  string
+	Bytes int
+}
+
+// Decoded is a node config (cloud-init user-data, an Ignition config)
+// read back into what it configures.
+type Decoded struct {
+	// Files are what it writes, by path on the node, with their contents
+	// decoded.
+	Files map[string]File
+	// Rest is the rest of the config, without the files, with sorted
+	// keys: two configs that configure the same compare equal.
+	Rest []byte
+}
+
 // Tree is an in-memory file tree.
 type Tree struct {
 	files map[string]File

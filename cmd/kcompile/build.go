@@ -11,7 +11,7 @@ import (
 
 type buildCmd struct {
 	specAndSecrets
-	Target  string `short:"t" enum:"systemd,cloudinit,terraform,pki" default:"systemd" help:"What to build: systemd (per-node root trees and cluster addons), cloudinit (per-node user-data, meta-data and network-config carrying those trees), terraform (an OpenTofu/Terraform root module that serves the cloud-init of every node through Matchbox) or pki (certificates, keys and kubeconfigs per node)."`
+	Target  string `short:"t" enum:"systemd,cloudinit,ignition,terraform,pki" default:"systemd" help:"What to build: systemd (per-node root trees and cluster addons), cloudinit (per-node user-data, meta-data and network-config carrying those trees, for Debian-like nodes), ignition (a per-node Ignition config carrying the tree, for Flatcar and Fedora CoreOS nodes), terraform (an OpenTofu/Terraform root module that serves every node's cloud-init or Ignition through Matchbox) or pki (certificates, keys and kubeconfigs per node)."`
 	Out     string `short:"o" default:"out" help:"Output directory; the target is written to OUT/<target> atomically, replacing only a tree kcompile wrote there that is unchanged since."`
 	Replace bool   `help:"Write even when OUT/<target> holds something kcompile did not write or that changed since; it is moved aside to OUT/<target>.replaced-N, never deleted."`
 }
@@ -22,6 +22,11 @@ func (c *buildCmd) Run(e *env) error {
 	if out != nil && target == pipeline.CloudInit {
 		for _, s := range out.Sizes {
 			fmt.Fprintf(e.stdout, "user-data %s: %d bytes\n", s.Node, s.Bytes)
+		}
+	}
+	if out != nil && target == pipeline.Ignition {
+		for _, s := range out.IgnitionSizes {
+			fmt.Fprintf(e.stdout, "ignition %s: %d bytes\n", s.Node, s.Bytes)
 		}
 	}
 	if err != nil {

@@ -20,7 +20,7 @@ type diffCmd struct {
 	Git     string   `placeholder:"REV1..REV2" help:"Compare the spec at two git revisions instead of two directories."`
 	Golden  bool     `help:"Compare a built tree (OUT) with a golden directory (GOLDEN), as the golden tests do; file modes are not compared (git keeps none)."`
 	Secrets string   `short:"s" default:"secrets.json" help:"Secrets bundle both sides are compiled with."`
-	Target  string   `short:"t" enum:"systemd,cloudinit,all" default:"systemd" help:"Which target to compare: systemd, cloudinit or all (both)."`
+	Target  string   `short:"t" enum:"systemd,cloudinit,ignition,all" default:"systemd" help:"Which target to compare: systemd, cloudinit, ignition or all (the three)."`
 	Output  string   `short:"o" enum:"text,markdown,json" default:"text" help:"Output format: text, markdown (a pull-request comment) or json."`
 	Color   string   `enum:"auto,always,never" default:"auto" help:"Colour text output: auto (on a terminal), always or never."`
 }
@@ -131,7 +131,7 @@ func compareSides(a, b diffSide) *review.Report {
 func (c *diffCmd) side(e *env, dir, label string) (diffSide, error) {
 	names := []pipeline.Target{pipeline.Target(c.Target)}
 	if c.Target == "all" {
-		names = []pipeline.Target{pipeline.Systemd, pipeline.CloudInit}
+		names = []pipeline.Target{pipeline.Systemd, pipeline.CloudInit, pipeline.Ignition}
 	}
 	out, err := specAndSecrets{Dir: dir, Secrets: c.Secrets}.run(e, names...)
 	if err != nil {

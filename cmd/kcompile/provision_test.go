@@ -22,6 +22,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kcompile/kcompile/targets/ignition"
 )
 
 // testBin is a program scripts/tools built into .bin.
@@ -428,5 +430,77 @@ func TestProvisionUnreachable(t *testing.T) {
 		if _, err := os.Stat(out); err == nil {
 			t.Errorf("%s: %s was written", endpoint, out)
 		}
+	}
+}
+
+// TestProvisionMatchboxIgnition provisions examples/flatcar (Flatcar and
+// Fedora CoreOS nodes) into a real Matchbox through real OpenTofu, then
+// fetches each node's config as its booting machine would: the iPXE
+// script Matchbox serves for its MAC names ignition.config.url, and that
+// URL, with the MAC iPXE fills in, answers the compiled config, which
+// Ignition's own validator accepts.
+func TestProvisionMatchboxIgnition(t *testing.T) {
+	provisionEnv(t)
+	tlsDir := t.TempDir()
+	matchboxTLS(t, tlsDir)
+	rpc, httpAddr := startMatchbox(t, tlsDir)
+
+	spec := t.TempDir()
+	if err := os.CopyFS(spec, os.DirFS("../../examples/flatcar")); err != nil {
+		t.Fatal(err)
+	}
+	replaceIn(t, filepath.Join(spec, "cluster.cue"), `matchboxURL: "http://10.20.0.5:8080"`, `matchboxURL: "http://`+httpAddr+`"`)
+	work := t.TempDir()
+	out := filepath.Join(work, "out")
+	provision := []string{"provision", spec, "-s", testSecrets(t), "-o", out,
+		"--matchbox-endpoint", rpc, "--tofu", testBin(t, "tofu"),
+		"--matchbox-ca", filepath.Join(tlsDir, "ca.crt"),
+		"--matchbox-cert", filepath.Join(tlsDir, "client.crt"), "--matchbox-key", filepath.Join(tlsDir, "client.key")}
+	code, stdout, stderr := kcompile(t, "", append(provision, "--auto-approve")...)
+	if code != 0 {
+		t.Fatalf("provision: exit %d\n%s%s", code, stdout, stderr)
+	}
+	if !strings.Contains(stdout, "plan: 8 to add, 0 to change, 0 to replace, 0 to destroy") ||
+		!strings.Contains(stdout, `+   matchbox_profile.ignition["fc1"]`) {
+		t.Errorf("provision printed:\n%s", stdout)
+	}
+	if code, o, e := kcompile(t, "", "build", spec, "-s", testSecrets(t), "-t", "ignition", "-o", filepath.Join(work, "built")); code != 0 {
+		t.Fatalf("build: %s%s", o, e)
+	}
+	macs := map[string]string{"cp1": "52:54:00:20:00:11", "w1": "52:54:00:20:00:21", "w2": "52:54:00:20:00:22", "fc1": "52:54:00:20:00:31"}
+	for node, mac := range macs {
+		want, err := os.ReadFile(filepath.Join(work, "built", "ignition", "nodes", node, ignition.ConfigName))
+		if err != nil {
+			t.Fatal(err)
+		}
+		script := string(fetch(t, httpAddr, "/ipxe?mac="+hexhyp(mac)))
+		var url string
+		for _, arg := range strings.Fields(script) {
+			if u, ok := strings.CutPrefix(arg, "ignition.config.url="); ok {
+				url = strings.ReplaceAll(u, "${mac:hexhyp}", hexhyp(mac))
+			}
+		}
+		first := "flatcar.first_boot=yes"
+		if node == "fc1" {
+			first = "ignition.platform.id=metal"
+		}
+		if !strings.HasPrefix(url, "http://"+httpAddr+"/") || !strings.Contains(script, first) {
+			t.Fatalf("%s: the iPXE script does not point Ignition at Matchbox:\n%s", node, script)
+		}
+		got := fetch(t, httpAddr, strings.TrimPrefix(url, "http://"+httpAddr))
+		if !bytes.Equal(got, want) {
+			t.Errorf("%s: Matchbox serves %d bytes at %s, want the %d compiled", node, len(got), url, len(want))
+		}
+		if err := ignition.Validate(got); err != nil {
+			t.Errorf("%s: what Matchbox serves: %v", node, err)
+		}
+	}
+	if b := fetch(t, httpAddr, "/ignition?mac=52-54-00-ff-ff-ff"); b != nil {
+		t.Errorf("an unknown MAC was served %d bytes", len(b))
+	}
+	checkStatePrivate(t, out)
+	code, stdout, stderr = kcompile(t, "", append(provision, "--destroy", "--auto-approve")...)
+	if code != 0 || !strings.Contains(stdout, "8 to destroy") {
+		t.Fatalf("destroy: exit %d\n%s%s", code, stdout, stderr)
 	}
 }

@@ -157,13 +157,70 @@ type Node struct {
 	Taints            []Taint
 	Capacity          Capacity
 	KubeletVersion    string
+	// OS is the node's operating system family; OSPath is the spec field
+	// that chose it.
+	OS     OS
+	OSPath string
 	// Binaries are the programs the node's components need, with the
 	// version each must report.
 	Binaries []Binary
 }
 
-// BinDir is where every component binary is installed on a node.
-const BinDir = "/usr/local/bin"
+// OS is a node's operating system family.
+type OS string
+
+// The operating system families.
+const (
+	OSDebian       OS = "debian"
+	OSFlatcar      OS = "flatcar"
+	OSFedoraCoreOS OS = "fedora-coreos"
+)
+
+// Ignition says whether the OS is configured by Ignition rather than
+// cloud-init.
+func (o OS) Ignition() bool { return o == OSFlatcar || o == OSFedoraCoreOS }
+
+// BinDir is where the component binaries are installed: /usr/local/bin,
+// except on Flatcar, whose /usr (and /usr/local) is read-only and whose
+// PATH has /opt/bin.
+func (o OS) BinDir() string {
+	if o == OSFlatcar {
+		return "/opt/bin"
+	}
+	return "/usr/local/bin"
+}
+
+// LibDir is where kcompile's own scripts live, beside the binaries.
+func (o OS) LibDir() string {
+	if o == OSFlatcar {
+		return "/opt/kcompile/lib"
+	}
+	return "/usr/local/lib/kcompile"
+}
+
+// Writable says whether kcompile may write path p on the OS: under /usr
+// anywhere on Debian, under /usr/local only on Fedora CoreOS (a link to
+// /var/usrlocal), nowhere on Flatcar.
+func (o OS) Writable(p string) bool {
+	switch o {
+	case OSFlatcar:
+		return p != "/usr" && !strings.HasPrefix(p, "/usr/")
+	case OSFedoraCoreOS:
+		return p != "/usr" && !strings.HasPrefix(p, "/usr/") || strings.HasPrefix(p, "/usr/local/")
+	}
+	return true
+}
+
+// Name is the family's name for messages.
+func (o OS) Name() string {
+	switch o {
+	case OSFlatcar:
+		return "Flatcar Container Linux"
+	case OSFedoraCoreOS:
+		return "Fedora CoreOS"
+	}
+	return "Debian"
+}
 
 // Binary is a program a node needs.
 type Binary struct {
@@ -443,7 +500,9 @@ type Boot struct {
 
 // BootImage is what the nodes of one role boot.
 type BootImage struct {
-	Role   Role
+	Role Role
+	// OS is the family of the role's nodes this image boots.
+	OS     OS
 	Kernel string
 	Initrd []string
 	Args   []string

@@ -64,7 +64,7 @@ type userData struct {
 	Runcmd           [][]string  `json:"runcmd"`
 }
 
-// Build packs the systemd tree of every node (sd, built from m) into its
+// Build packs the systemd tree of every cloud-init node (sd, built from m) into its
 // cloud-init files under nodes/<node>/ (user-data, meta-data,
 // network-config) and keeps the cluster tree as it is. The diagnostics
 // are the target's own: a user-data over the spec's limit (the tree is
@@ -93,6 +93,10 @@ func pack(m *pki.Material, sd *targets.Tree) (*targets.Tree, error) {
 		}
 	}
 	for _, n := range m.Cluster.Nodes {
+		// Ignition systems are the ignition target's.
+		if n.OS.Ignition() {
+			continue
+		}
 		ud, err := nodeUserData(m.Cluster, n, perNode[n.Name])
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", n.Name, err)
@@ -186,37 +190,27 @@ func encodeFile(f targets.File) (writeFile, error) {
 	return wf, nil
 }
 
-// Decoded is a #cloud-config user-data read back.
-type Decoded struct {
-	// Files are what its write_files lay down, by path on the node, with
-	// their contents decoded.
-	Files map[string]targets.File
-	// Rest is the rest of the config, without write_files, as YAML with
-	// sorted keys: two user-data that configure the same compare equal.
-	Rest []byte
-}
-
 // Decode reads a user-data back into the files it writes and the rest of
-// its config. It reads every write_files encoding cloud-init does, not
+// its config (YAML with sorted keys, without write_files). It reads every write_files encoding cloud-init does, not
 // only the one encodeFile writes, and permissions it cannot parse read as
 // 0, so that a tree kcompile did not write (an older one, one edited by
 // hand) still compares.
-func Decode(userData []byte) (Decoded, error) {
+func Decode(userData []byte) (targets.Decoded, error) {
 	var doc map[string]any
 	if err := yaml.Unmarshal(userData, &doc); err != nil {
-		return Decoded{}, err
+		return targets.Decoded{}, err
 	}
 	var ud struct {
 		WriteFiles []writeFile `json:"write_files"`
 	}
 	if err := yaml.Unmarshal(userData, &ud); err != nil {
-		return Decoded{}, err
+		return targets.Decoded{}, err
 	}
 	files := map[string]targets.File{}
 	for _, wf := range ud.WriteFiles {
 		data, err := decodeContent(wf)
 		if err != nil {
-			return Decoded{}, fmt.Errorf("%s: %w", wf.Path, err)
+			return targets.Decoded{}, fmt.Errorf("%s: %w", wf.Path, err)
 		}
 		mode, _ := strconv.ParseUint(wf.Permissions, 8, 32)
 		files[wf.Path] = targets.File{Path: wf.Path, Data: data, Mode: fs.FileMode(mode)}
@@ -224,9 +218,9 @@ func Decode(userData []byte) (Decoded, error) {
 	delete(doc, "write_files")
 	rest, err := yaml.Marshal(doc)
 	if err != nil {
-		return Decoded{}, err
+		return targets.Decoded{}, err
 	}
-	return Decoded{Files: files, Rest: rest}, nil
+	return targets.Decoded{Files: files, Rest: rest}, nil
 }
 
 // decodeContent undoes a write_files encoding, under every name

@@ -17,6 +17,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/kcompile/kcompile/compiler/ir"
 	"github.com/kcompile/kcompile/compiler/pki"
 	"github.com/kcompile/kcompile/targets"
 	"github.com/kcompile/kcompile/targets/systemd"
@@ -50,6 +51,9 @@ func TestUserDataCarriesTheSystemdTree(t *testing.T) {
 		}
 		tree := build(t, m)
 		for _, n := range m.Cluster.Nodes {
+			if n.OS.Ignition() {
+				continue // the ignition target's
+			}
 			f, ok := tree.Get(targets.NodePath(n.Name, "user-data"))
 			if !ok || f.Mode != 0o600 || !bytes.HasPrefix(f.Data, []byte("#cloud-config\n")) {
 				t.Fatalf("%s/%s: user-data missing, not 0600 or not #cloud-config", name, n.Name)
@@ -80,8 +84,8 @@ func TestUserDataCarriesTheSystemdTree(t *testing.T) {
 			// One command, whose exit status cloud-init reports: the
 			// tree's start script, which starts the units its drop-in
 			// wants (targets/systemd tests both).
-			if len(ud.Runcmd) != 1 || !slices.Equal(ud.Runcmd[0], []string{systemd.StartScript}) || startScript != systemd.StartScript {
-				t.Errorf("%s/%s: runcmd %v, not the start script %s", name, n.Name, ud.Runcmd, systemd.StartScript)
+			if len(ud.Runcmd) != 1 || !slices.Equal(ud.Runcmd[0], []string{systemd.StartScript(ir.OSDebian)}) || startScript != systemd.StartScript(ir.OSDebian) {
+				t.Errorf("%s/%s: runcmd %v, not the start script %s", name, n.Name, ud.Runcmd, systemd.StartScript(ir.OSDebian))
 			}
 			if _, ok := d.Files["/etc/systemd/system/multi-user.target.d/kcompile.conf"]; !ok {
 				t.Errorf("%s/%s: no drop-in starts the units on later boots", name, n.Name)
@@ -101,6 +105,9 @@ func TestDecodeRoundTrip(t *testing.T) {
 		m := material(t, name)
 		tree := build(t, m)
 		for _, n := range m.Cluster.Nodes {
+			if n.OS.Ignition() {
+				continue // the ignition target's
+			}
 			f, _ := tree.Get(targets.NodePath(n.Name, "user-data"))
 			d, err := Decode(f.Data)
 			if err != nil {
@@ -193,6 +200,9 @@ func TestCloudInitSchema(t *testing.T) {
 		m := material(t, name)
 		tree := build(t, m)
 		for _, n := range m.Cluster.Nodes {
+			if n.OS.Ignition() {
+				continue // the ignition target's
+			}
 			f, _ := tree.Get(targets.NodePath(n.Name, "user-data"))
 			var top map[string]any
 			if err := yaml.Unmarshal(f.Data, &top); err != nil {

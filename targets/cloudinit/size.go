@@ -22,28 +22,26 @@ func Rules() []diag.Rule {
 	return []diag.Rule{
 		{Code: CodeUserDataSize, Severity: diag.Error, Family: "cloud-init target", Summary: "a node's user-data is larger than cloudInit.maxUserDataBytes"},
 		{Code: CodeNoServiceRoute, Severity: diag.Warning, Family: "cloud-init target", Summary: "no gateway of a Service CIDR's IP family: the network-config gives the nodes no route to Service addresses"},
+		{Code: CodeIgnitionNodes, Severity: diag.Warning, Family: "cloud-init target", Summary: "nodes run an Ignition system (Flatcar, Fedora CoreOS): the cloud-init target leaves them out"},
 	}
 }
 
-// NodeSize is the size of one node's user-data.
-type NodeSize struct {
-	Node  string
-	Bytes int
-}
-
-// Sizes reports every node's user-data size, in node order.
-func Sizes(c *ir.Cluster, tree *targets.Tree) []NodeSize {
-	var out []NodeSize
+// Sizes reports every cloud-init node's user-data size, in node order.
+func Sizes(c *ir.Cluster, tree *targets.Tree) []targets.NodeSize {
+	var out []targets.NodeSize
 	for _, n := range c.Nodes {
+		if n.OS.Ignition() {
+			continue
+		}
 		f, _ := tree.Get(targets.NodePath(n.Name, "user-data"))
-		out = append(out, NodeSize{n.Name, len(f.Data)})
+		out = append(out, targets.NodeSize{Node: n.Name, Bytes: len(f.Data)})
 	}
 	return out
 }
 
 // CheckSizes reports the nodes whose user-data exceeds the spec's limit,
 // at the limit's position in the spec.
-func CheckSizes(c *ir.Cluster, sizes []NodeSize) diag.List {
+func CheckSizes(c *ir.Cluster, sizes []targets.NodeSize) diag.List {
 	if c.MaxUserDataBytes == 0 {
 		return nil
 	}
@@ -100,4 +98,15 @@ func CheckRoutes(c *ir.Cluster) diag.List {
 			Hint:    "add the node network's router to network.gateways"})
 	}
 	return out
+}
+
+// CodeIgnitionNodes is reported when the cloud-init target is asked for
+// and some nodes run an Ignition system.
+const CodeIgnitionNodes = "KC1303"
+
+// CheckCoverage reports the nodes the target leaves out: those that run
+// an Ignition system, at the field that chose it.
+func CheckCoverage(c *ir.Cluster) diag.List {
+	return targets.CheckCoverage(c, CodeIgnitionNodes, func(n ir.Node) bool { return n.OS.Ignition() },
+		"configured by Ignition, not cloud-init: the cloud-init target leaves them out", "build them with --target ignition (the terraform target serves both kinds)")
 }

@@ -131,6 +131,12 @@ func Check(c *ir.Cluster) []string {
 	if c.Runtime.Engine != "containerd" {
 		why = append(why, fmt.Sprintf("runtime.engine %s: up boots containerd nodes only", c.Runtime.Engine))
 	}
+	for _, n := range c.Nodes {
+		if n.OS.Ignition() {
+			why = append(why, fmt.Sprintf("%s: node %s runs %s, but up's machines are Debian, laid out as a cloud-init node; boot the spec with os \"debian\" (the units and configurations are the same)", n.OSPath, n.Name, n.OS.Name()))
+			break
+		}
+	}
 	if c.Network.KubeProxyMode == "ipvs" {
 		why = append(why, "network.kubeProxy.mode ipvs: this host's kernel has no IPVS modules and none can be loaded; use nftables or iptables")
 	}

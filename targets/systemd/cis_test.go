@@ -315,7 +315,7 @@ func (kb kubeBench) run(t *testing.T, c *ir.Cluster, tree *targets.Tree, cn cisN
 		}
 		for _, cmd := range unit.Get("Service", "ExecStart") {
 			argv := strings.Fields(cmd)
-			if !strings.HasPrefix(argv[0], ir.BinDir+"/") {
+			if !strings.HasPrefix(argv[0], ir.OSDebian.BinDir()+"/") {
 				continue
 			}
 			name := filepath.Base(argv[0])

@@ -1,7 +1,6 @@
 package systemd
 
 import (
-	"fmt"
 	"github.com/kcompile/kcompile/targets/unitfile"
 	"net"
 	"net/netip"
@@ -12,10 +11,6 @@ import (
 	"github.com/kcompile/kcompile/compiler/ir"
 	"github.com/kcompile/kcompile/compiler/pki"
 )
-
-// binDir is where the install unit puts the binaries of the spec's
-// versions.
-const binDir = "/usr/local/bin"
 
 // flag renders --name=value.
 func flag(name, value string) string { return "--" + name + "=" + value }
@@ -302,4 +297,3 @@ func kubeletArgs(n ir.Node, l layout) []string {
 }
 
 // program is the path of a component's binary.
-func program(name string) string { return fmt.Sprintf("%s/%s", binDir, name) }

@@ -25,7 +25,7 @@ const (
 	// vrrp-interface script defines at start: the tree knows the node's
 	// address, not the name its interface gets on the machine.
 	keepalivedConfigPath = "etc/keepalived/keepalived.conf"
-	vrrpInterfaceScript  = "usr/local/lib/kcompile/vrrp-interface"
+	vrrpInterfaceScript  = "vrrp-interface"
 	vrrpInterfaceFile    = "/run/keepalived/interface.conf"
 )
 
@@ -297,7 +297,7 @@ func endpointUnits(c *ir.Cluster, n ir.Node, l layout) []UnitFile {
 			{Key: "Wants", Value: "network-online.target"},
 		}},
 		{Name: "Service", Directives: []unitfile.Directive{
-			unitfile.Exec("ExecStartPre", "", l.at(vrrpInterfaceScript), vrrpAddr(c, n).String(), vrrpInterfaceFile),
+			unitfile.Exec("ExecStartPre", "", l.at(l.lib(vrrpInterfaceScript)), vrrpAddr(c, n).String(), vrrpInterfaceFile),
 			unitfile.Exec("ExecStart", "", keepalivedProgram, "--dont-fork", "--log-console", "--use-file="+l.at(keepalivedConfigPath),
 				"--pid=/run/keepalived/keepalived.pid", "--vrrp_pid=/run/keepalived/vrrp.pid"),
 			{Key: "Restart", Value: "always"},
@@ -333,7 +333,7 @@ func endpointFiles(c *ir.Cluster, n ir.Node, l layout) (map[string]endpointFile,
 			return nil, err
 		}
 		out[keepalivedConfigPath] = endpointFile{k, 0o644}
-		out[vrrpInterfaceScript] = endpointFile{[]byte(vrrpInterfaceScriptText), 0o755}
+		out[l.lib(vrrpInterfaceScript)] = endpointFile{[]byte(vrrpInterfaceScriptText), 0o755}
 	}
 	return out, nil
 }

@@ -122,7 +122,7 @@ ip link set eth7 up
 ip addr add "$1/16" dev eth7
 "$2" "$1" "$3"
 keepalived -t -l -f "$4"`
-		out, err := exec.Command("unshare", "-n", "sh", "-c", script, "sh", n.Address().String(), filepath.Join(root, vrrpInterfaceScript), iface, conf).CombinedOutput()
+		out, err := exec.Command("unshare", "-n", "sh", "-c", script, "sh", n.Address().String(), filepath.Join(root, ir.OSDebian.LibDir(), vrrpInterfaceScript), iface, conf).CombinedOutput()
 		if err != nil {
 			t.Errorf("%s: keepalived -t: %v\n%s\n%s", n.Name, err, out, data)
 		}

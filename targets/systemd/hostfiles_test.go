@@ -45,7 +45,7 @@ func TestRuntimeConfigMatchesKubelet(t *testing.T) {
 }
 
 func TestCNIConfList(t *testing.T) {
-	want := map[string]string{"single-node": "cbr0", "ha-stacked": "k8s-pod-network", "external-etcd": "cilium", "dual-stack": "cbr0"}
+	want := map[string]string{"single-node": "cbr0", "ha-stacked": "k8s-pod-network", "external-etcd": "cilium", "dual-stack": "cbr0", "flatcar": "cbr0"}
 	for _, name := range fixture.Examples() {
 		c := compileExample(t, name)
 		n := c.Nodes[len(c.Nodes)-1]

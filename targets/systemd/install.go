@@ -14,8 +14,8 @@ import (
 // reports the version the spec asks for.
 const (
 	installUnit   = "kcompile-install.service"
-	installScript = "usr/local/lib/kcompile/install.sh"
-	installList   = "usr/local/lib/kcompile/binaries.list"
+	installScript = "install.sh"
+	installList   = "binaries.list"
 )
 
 // installScriptText is the installer, POSIX sh with curl, sha256sum, tar
@@ -166,7 +166,7 @@ func installUnitFile(l layout) UnitFile {
 		{Name: "Service", Directives: []unitfile.Directive{
 			{Key: "Type", Value: "oneshot"},
 			{Key: "RemainAfterExit", Value: "yes"},
-			unitfile.Exec("ExecStart", "", l.at(installScript), l.at(installList)),
+			unitfile.Exec("ExecStart", "", l.at(l.lib(installScript)), l.at(l.lib(installList))),
 		}},
 		{Name: "Install", Directives: []unitfile.Directive{{Key: "WantedBy", Value: "multi-user.target"}}},
 	}}}

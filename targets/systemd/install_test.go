@@ -105,7 +105,7 @@ network: nodes: ["10.0.0.0/16"]
 install: source: "download"
 `
 	for _, name := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy", "runc"} {
-		spec += fmt.Sprintf("install: artifacts: %q: {url: %q, sha256: %q, path: %q}\n", name, srv.URL+"/"+name, hexsum(served["/"+name]), ir.BinDir+"/"+name)
+		spec += fmt.Sprintf("install: artifacts: %q: {url: %q, sha256: %q, path: %q}\n", name, srv.URL+"/"+name, hexsum(served["/"+name]), ir.OSDebian.BinDir()+"/"+name)
 	}
 	spec += fmt.Sprintf(`install: artifacts: containerd: {url: %q, sha256: %q, extract: {"bin/containerd": "/usr/local/bin/containerd", "bin/containerd-shim-runc-v2": "/usr/local/bin/containerd-shim-runc-v2"}}
 install: artifacts: cni: {url: %q, sha256: %q, extract: {"./loopback": "/opt/cni/bin/loopback", "./bridge": "/opt/cni/bin/bridge", "./host-local": "/opt/cni/bin/host-local", "./portmap": "/opt/cni/bin/portmap"}}

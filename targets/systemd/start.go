@@ -1,6 +1,9 @@
 package systemd
 
 import (
+	"path"
+
+	"github.com/kcompile/kcompile/compiler/ir"
 	"github.com/kcompile/kcompile/targets/unitfile"
 )
 
@@ -11,17 +14,21 @@ import (
 // The units keep their [Install] sections, for an operator who enables
 // them by hand.
 const (
-	bootDropIn  = unitDir + "multi-user.target.d/kcompile.conf"
-	startScript = "usr/local/lib/kcompile/start"
+	bootDropIn = unitDir + "multi-user.target.d/kcompile.conf"
+	// startScript, installScript, installList and vrrpInterfaceScript
+	// are names in the node's lib directory (layout.lib).
+	startScript = "start"
 	// sysctlConfPath holds the node's sysctls, which the start script
 	// applies; the operating system's own sysctl.d files are systemd's
 	// business at boot (some of them cannot be set in a container).
 	sysctlConfPath = "etc/sysctl.d/99-kubernetes.conf"
 )
 
-// StartScript is the start script's path on a node: the one command a
-// node needs to be started on the boot that laid its tree.
-const StartScript = "/" + startScript
+// StartScript is the start script's path on a node whose operating
+// system is os: the one command a node needs to be started on the boot
+// that laid its tree (an Ignition boot needs none: the tree is laid
+// before systemd starts).
+func StartScript(os ir.OS) string { return path.Join(os.LibDir(), startScript) }
 
 // bootUnit is the drop-in wanting units, one Wants= a unit in the order
 // they are given, which is the order the start script starts them in.

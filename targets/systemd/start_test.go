@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kcompile/kcompile/compiler/ir"
 	"github.com/kcompile/kcompile/fixture"
 	"github.com/kcompile/kcompile/targets"
 	"github.com/kcompile/kcompile/targets/unitfile"
@@ -51,7 +52,7 @@ func TestBootDropInWantsEveryUnit(t *testing.T) {
 			before("etcd.service", "kube-apiserver.service")
 			before("containerd.service", "kubelet.service")
 			before("crio.service", "kubelet.service")
-			if s, ok := tree.Get(targets.NodePath(n.Name, startScript)); !ok || s.Mode != 0o755 || string(s.Data) != startScriptText {
+			if s, ok := tree.Get(targets.NodePath(n.Name, StartScript(n.OS)[1:])); !ok || s.Mode != 0o755 || string(s.Data) != startScriptText {
 				t.Errorf("%s/%s: no executable start script", name, n.Name)
 			}
 		}
@@ -112,7 +113,7 @@ func TestStartScript(t *testing.T) {
 	tree := buildExample(t, "single-node")
 	node := targets.NodePath(compileExample(t, "single-node").Nodes[0].Name, "")
 	dir := t.TempDir()
-	for _, p := range []string{bootDropIn, startScript} {
+	for _, p := range []string{bootDropIn, StartScript(ir.OSDebian)[1:]} {
 		f, _ := tree.Get(node + p)
 		writeFile(t, filepath.Join(dir, path.Base(p)), f.Data, f.Mode)
 	}

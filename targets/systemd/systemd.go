@@ -67,7 +67,7 @@ func nodeFiles(m *pki.Material, tree *targets.Tree, rc *renderCache, opts Option
 				return err
 			}
 			rc.units[targets.NodePath(n.Name, bootDropIn)] = boot
-			if err := add(startScript, []byte(startScriptText), 0o755); err != nil {
+			if err := add(l.lib(startScript), []byte(startScriptText), 0o755); err != nil {
 				return err
 			}
 		}
@@ -92,10 +92,10 @@ func nodeFiles(m *pki.Material, tree *targets.Tree, rc *renderCache, opts Option
 		if err != nil {
 			return fmt.Errorf("%s: %w", n.Name, err)
 		}
-		if err := add(installList, list, 0o644); err != nil {
+		if err := add(l.lib(installList), list, 0o644); err != nil {
 			return err
 		}
-		if err := add(installScript, []byte(installScriptText), 0o755); err != nil {
+		if err := add(l.lib(installScript), []byte(installScriptText), 0o755); err != nil {
 			return err
 		}
 		configs := map[string]any{}

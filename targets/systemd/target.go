@@ -37,10 +37,13 @@ type layout struct {
 	root      string
 	loopback  netip.Addr
 	extraArgs func(ir.Component) []string
+	// os places the binaries and kcompile's scripts where the node's
+	// operating system lets them be written.
+	os ir.OS
 }
 
 func (o Options) layout(n ir.Node) layout {
-	l := layout{root: "/", loopback: netip.MustParseAddr("127.0.0.1"), extraArgs: func(ir.Component) []string { return nil }}
+	l := layout{root: "/", loopback: netip.MustParseAddr("127.0.0.1"), extraArgs: func(ir.Component) []string { return nil }, os: n.OS}
 	if n.Address().Is6() {
 		l.loopback = netip.IPv6Loopback()
 	}
@@ -58,6 +61,12 @@ func (o Options) layout(n ir.Node) layout {
 
 // at is where a component finds the file of the node's tree at rel.
 func (l layout) at(rel string) string { return path.Join(l.root, rel) }
+
+// program is the path of a binary the install unit puts in place.
+func (l layout) program(name string) string { return path.Join(l.os.BinDir(), name) }
+
+// lib is the tree path of one of kcompile's scripts and lists.
+func (l layout) lib(name string) string { return path.Join(l.os.LibDir(), name)[1:] }
 
 // Build renders every node's root tree and the cluster tree, and verifies
 // them before returning. An error is a compiler bug: the spec was checked.

@@ -36,7 +36,7 @@ func nodeUnits(c *ir.Cluster, n ir.Node, l layout) []UnitFile {
 	const docs = "https://kubernetes.io/docs/reference/command-line-tools-reference/"
 	if m, ok := members[n.Name]; ok && n.Runs(ir.ComponentEtcd) {
 		u := service("etcd member "+m.Name, "https://etcd.io/docs/",
-			[]string{"network-online.target"}, nil, program("etcd"), args(ir.ComponentEtcd, etcdArgs(c, m, l)))
+			[]string{"network-online.target"}, nil, l.program("etcd"), args(ir.ComponentEtcd, etcdArgs(c, m, l)))
 		withEtcdDataDir(&u)
 		// Root without DAC override could not enter the etcd user's
 		// data directory. "-": systemd sets the sandbox up for the
@@ -51,14 +51,14 @@ func nodeUnits(c *ir.Cluster, n ir.Node, l layout) []UnitFile {
 		if n.Runs(ir.ComponentEtcd) {
 			after = append(after, "etcd.service")
 		}
-		apiserver := service("Kubernetes API server", docs+"kube-apiserver/", after, nil, program("kube-apiserver"), args(ir.ComponentAPIServer, apiServerArgs(c, n, l)))
+		apiserver := service("Kubernetes API server", docs+"kube-apiserver/", after, nil, l.program("kube-apiserver"), args(ir.ComponentAPIServer, apiServerArgs(c, n, l)))
 		// The audit log is the one place the API server writes.
 		sandbox(&apiserver, nil, unitfile.Directive{Key: "LogsDirectory", Value: auditLogDir}, unitfile.Directive{Key: "LogsDirectoryMode", Value: "0700"})
 		kcm := service("Kubernetes controller manager", docs+"kube-controller-manager/",
-			[]string{"kube-apiserver.service"}, nil, program("kube-controller-manager"), args(ir.ComponentControllerManager, controllerManagerArgs(c, l)))
+			[]string{"kube-apiserver.service"}, nil, l.program("kube-controller-manager"), args(ir.ComponentControllerManager, controllerManagerArgs(c, l)))
 		sandbox(&kcm, nil)
 		scheduler := service("Kubernetes scheduler", docs+"kube-scheduler/",
-			[]string{"kube-apiserver.service"}, nil, program("kube-scheduler"), args(ir.ComponentScheduler, schedulerArgs(l)))
+			[]string{"kube-apiserver.service"}, nil, l.program("kube-scheduler"), args(ir.ComponentScheduler, schedulerArgs(l)))
 		sandbox(&scheduler, nil)
 		out = append(out,
 			UnitFile{"kube-apiserver.service", apiserver},
@@ -71,11 +71,11 @@ func nodeUnits(c *ir.Cluster, n ir.Node, l layout) []UnitFile {
 		runtime := runtimeUnit(c, l)
 		out = append(out, runtime)
 		kubelet := service("Kubernetes node agent", docs+"kubelet/",
-			[]string{"network-online.target", runtime.Name}, []string{runtime.Name}, program("kubelet"), args(ir.ComponentKubelet, kubeletArgs(n, l)))
+			[]string{"network-online.target", runtime.Name}, []string{runtime.Name}, l.program("kubelet"), args(ir.ComponentKubelet, kubeletArgs(n, l)))
 		out = append(out, UnitFile{"kubelet.service", kubelet})
 		if n.Runs(ir.ComponentKubeProxy) {
 			out = append(out, UnitFile{"kube-proxy.service", service("Kubernetes network proxy", docs+"kube-proxy/",
-				[]string{"network-online.target"}, nil, program("kube-proxy"),
+				[]string{"network-online.target"}, nil, l.program("kube-proxy"),
 				args(ir.ComponentKubeProxy, []string{flag("config", l.at(kubeProxyConfigPath)), flag("hostname-override", n.Name)}))})
 		}
 	}
@@ -96,12 +96,12 @@ func nodeUnits(c *ir.Cluster, n ir.Node, l layout) []UnitFile {
 func runtimeUnit(c *ir.Cluster, l layout) UnitFile {
 	if c.Runtime.Engine == "cri-o" {
 		u := service("CRI-O container runtime", "https://cri-o.io/", []string{"network-online.target"}, nil,
-			program("crio"), append([]string{flag("config-dir", l.at(path.Dir(crioConfigPath)))}, l.extraArgs(ir.ComponentRuntime)...))
+			l.program("crio"), append([]string{flag("config-dir", l.at(path.Dir(crioConfigPath)))}, l.extraArgs(ir.ComponentRuntime)...))
 		withRuntimeLimits(&u)
 		return UnitFile{"crio.service", u}
 	}
 	u := service("containerd container runtime", "https://containerd.io/", []string{"network-online.target", "local-fs.target"}, nil,
-		program("containerd"), append([]string{flag("config", l.at(containerdConfigPath))}, l.extraArgs(ir.ComponentRuntime)...))
+		l.program("containerd"), append([]string{flag("config", l.at(containerdConfigPath))}, l.extraArgs(ir.ComponentRuntime)...))
 	withRuntimeLimits(&u)
 	return UnitFile{"containerd.service", u}
 }

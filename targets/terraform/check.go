@@ -6,19 +6,30 @@ import (
 
 	"github.com/kcompile/kcompile/compiler/diag"
 	"github.com/kcompile/kcompile/compiler/ir"
+	"github.com/kcompile/kcompile/targets"
+	"github.com/kcompile/kcompile/targets/ignition"
 )
 
 // Codes of the target's diagnostics.
 const (
-	CodeNoBoot = "KC1401"
-	CodeNoMAC  = "KC1402"
+	CodeNoBoot   = "KC1401"
+	CodeNoMAC    = "KC1402"
+	CodeTooLarge = "KC1403"
 )
+
+// MaxConfigBytes is the most of one node's configuration the module may
+// hand Matchbox: the provider sends a group's metadata (the cloud-init
+// files) and a profile's Ignition config in one gRPC message each, and
+// Matchbox's gRPC server takes at most 4 MiB (gRPC's default); 64 KiB
+// are left for the rest of the message.
+const MaxConfigBytes = 4<<20 - 64<<10
 
 // Rules lists the target's diagnostics.
 func Rules() []diag.Rule {
 	return []diag.Rule{
 		{Code: CodeNoBoot, Severity: diag.Error, Family: "terraform target", Summary: "the terraform target needs a boot section (Matchbox URL, kernel, initrds, arguments)"},
 		{Code: CodeNoMAC, Severity: diag.Error, Family: "terraform target", Summary: "the terraform target needs every node's MAC address, by which Matchbox selects its configuration"},
+		{Code: CodeTooLarge, Severity: diag.Error, Family: "terraform target", Summary: "a node's configuration (cloud-init files or Ignition config) is larger than Matchbox's API takes in one message (4 MiB)"},
 	}
 }
 
@@ -73,4 +84,44 @@ func at(c *ir.Cluster, path string) []diag.Pos {
 		return []diag.Pos{{File: p.File, Line: p.Line, Column: p.Column}}
 	}
 	return nil
+}
+
+// Sizes are the bytes of each node's configuration the module hands
+// Matchbox: its three cloud-init files, or its Ignition config.
+func Sizes(c *ir.Cluster, tree *targets.Tree) []targets.NodeSize {
+	var out []targets.NodeSize
+	for _, n := range c.Nodes {
+		size := 0
+		names := []string{ignition.ConfigName}
+		if !n.OS.Ignition() {
+			names = nil
+			for _, f := range nodeFiles {
+				names = append(names, f.file)
+			}
+		}
+		for _, name := range names {
+			f, _ := tree.Get(targets.NodePath(n.Name, name))
+			size += len(f.Data)
+		}
+		out = append(out, targets.NodeSize{Node: n.Name, Bytes: size})
+	}
+	return out
+}
+
+// CheckSizes reports the nodes whose configuration Matchbox's API would
+// refuse, at the node (or pool) in the spec.
+func CheckSizes(c *ir.Cluster, tree *targets.Tree) diag.List {
+	var out diag.List
+	seen := map[string]bool{}
+	for i, s := range Sizes(c, tree) {
+		n := c.Nodes[i]
+		if s.Bytes <= MaxConfigBytes || seen[n.SpecPath] {
+			continue
+		}
+		seen[n.SpecPath] = true
+		out = append(out, diag.Diagnostic{Code: CodeTooLarge, Severity: diag.Error, Path: n.SpecPath, Positions: at(c, n.SpecPath),
+			Message: fmt.Sprintf("the configuration of node %s is %d bytes: Matchbox's API takes at most %d in one message, so OpenTofu could not store it", n.Name, s.Bytes, MaxConfigBytes),
+			Hint:    "serve the node's configuration another way (a config server Ignition or cloud-init fetches from), or make what the node carries smaller (fewer or smaller files)"})
+	}
+	return out
 }

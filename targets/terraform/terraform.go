@@ -13,6 +13,7 @@ package terraform
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"unicode/utf8"
@@ -26,6 +27,7 @@ import (
 	"github.com/kcompile/kcompile/compiler/ir"
 	"github.com/kcompile/kcompile/compiler/pki"
 	"github.com/kcompile/kcompile/targets"
+	"github.com/kcompile/kcompile/targets/ignition"
 )
 
 // StateDir is where the module keeps its state, relative to the module:
@@ -47,21 +49,39 @@ var nodeFiles = []struct{ file, key string }{
 	{"network-config", "network_config"},
 }
 
-// Build renders the module around ci, the cloud-init tree built from m.
-// The diagnostics are the target's own checks (Check); with an error
-// among them there is no tree. An error is a compiler bug.
-func Build(m *pki.Material, ci *targets.Tree) (*targets.Tree, diag.List, error) {
+// Build renders the module around ci and ign, the cloud-init and
+// Ignition trees built from m. The diagnostics are the target's own checks
+// (Check, CheckSizes); with an error among them there is no tree. An
+// error is a compiler bug.
+func Build(m *pki.Material, ci, ign *targets.Tree) (*targets.Tree, diag.List, error) {
 	c := m.Cluster
 	if diags := Check(c); diags.HasErrors() {
 		return nil, diags, nil
 	}
-	tree, err := module(c, ci)
-	return tree, nil, err
+	tree, err := module(c, ci, ign)
+	if err != nil {
+		return nil, nil, err
+	}
+	if diags := CheckSizes(c, tree); diags.HasErrors() {
+		return nil, diags, nil
+	}
+	return tree, nil, nil
 }
 
-func module(c *ir.Cluster, ci *targets.Tree) (*targets.Tree, error) {
+func module(c *ir.Cluster, ci, ign *targets.Tree) (*targets.Tree, error) {
 	out := targets.NewTree()
 	for _, n := range c.Nodes {
+		if n.OS.Ignition() {
+			p := targets.NodePath(n.Name, ignition.ConfigName)
+			src, ok := ign.Get(p)
+			if !ok {
+				return nil, fmt.Errorf("kcompile bug: ignition target wrote no %s", p)
+			}
+			if err := out.Add(p, src.Data, src.Mode); err != nil {
+				return nil, err
+			}
+			continue
+		}
 		for _, f := range nodeFiles {
 			p := targets.NodePath(n.Name, f.file)
 			src, ok := ci.Get(p)
@@ -81,7 +101,7 @@ func module(c *ir.Cluster, ci *targets.Tree) (*targets.Tree, error) {
 		"versions.tf":  versionsTF(),
 		"variables.tf": variablesTF(),
 		"main.tf":      main,
-		"outputs.tf":   outputsTF(),
+		"outputs.tf":   outputsTF(c),
 		"README":       []byte(readme(c)),
 	} {
 		if err := out.Add(name, data, 0o644); err != nil {
@@ -226,14 +246,45 @@ func inline(attrs ...hclwrite.ObjectAttrTokens) hclwrite.Tokens {
 	return append(toks, &hclwrite.Token{Type: hclsyntax.TokenCBrace, Bytes: []byte("}")})
 }
 
+// IgnitionArgs are the kernel arguments kcompile appends for a node of an
+// Ignition system: its family's first-boot switch and the URL Ignition
+// fetches the config from, the node's group selected by the MAC iPXE
+// writes into ${mac:hexhyp}.
+func IgnitionArgs(b *ir.Boot, os ir.OS) []string {
+	url := "ignition.config.url=" + b.MatchboxURL + "/ignition?mac=${mac:hexhyp}"
+	if os == ir.OSFlatcar {
+		return []string{"flatcar.first_boot=yes", url}
+	}
+	return []string{"ignition.firstboot", "ignition.platform.id=metal", url}
+}
+
+// image is the boot image of a role's nodes of one family.
+func image(c *ir.Cluster, role ir.Role, os ir.OS) (ir.BootImage, error) {
+	for _, img := range c.Boot.Images {
+		if img.Role == role && img.OS == os {
+			return img, nil
+		}
+	}
+	return ir.BootImage{}, fmt.Errorf("kcompile bug: no boot image for %s nodes on %s", role, os)
+}
+
 func mainTF(c *ir.Cluster) ([]byte, error) {
 	var v values
 	f := newFile()
 	body := f.Body()
+	var cloud, ign []ir.Node
+	for _, n := range c.Nodes {
+		if n.OS.Ignition() {
+			ign = append(ign, n)
+		} else {
+			cloud = append(cloud, n)
+		}
+	}
 	body.AppendUnstructuredTokens(comment(
 		"Network boot of the cluster through Matchbox: machines iPXE-boot the",
-		"profile of their role, and cloud-init fetches the node's files from",
-		"the group selected by the machine's MAC address."))
+		"profile of their group, selected by the machine's MAC address;",
+		"cloud-init (NoCloud) or Ignition then fetches the node's configuration",
+		"from Matchbox."))
 	body.AppendNewline()
 
 	provider := body.AppendNewBlock("provider", []string{"matchbox"}).Body()
@@ -245,67 +296,119 @@ func mainTF(c *ir.Cluster) ([]byte, error) {
 
 	// Keys are always quoted, unlike in TokensForValue's objects: bare, a
 	// node named "for" would start a for expression.
-	var roles, nodes []hclwrite.ObjectAttrTokens
+	var roles, nodes, ignNodes []hclwrite.ObjectAttrTokens
 	for _, img := range c.Boot.Images {
+		if img.OS.Ignition() {
+			continue
+		}
 		roles = append(roles, hclwrite.ObjectAttrTokens{Name: v.str(string(img.Role)), Value: hclwrite.TokensForObject([]hclwrite.ObjectAttrTokens{
 			attr("kernel", v.str(img.Kernel)),
 			attr("initrd", v.list(img.Initrd)),
 			attr("args", v.list(img.Args)),
 		})})
 	}
-	for _, n := range c.Nodes {
+	for _, n := range cloud {
 		nodes = append(nodes, hclwrite.ObjectAttrTokens{Name: v.str(n.Name), Value: inline(
 			attr("role", v.str(string(n.Role))),
 			attr("mac", v.str(n.MAC)),
 			attr("address", v.str(n.Address().String())),
 		)})
 	}
+	for _, n := range ign {
+		img, err := image(c, n.Role, n.OS)
+		if err != nil {
+			return nil, err
+		}
+		ignNodes = append(ignNodes, hclwrite.ObjectAttrTokens{Name: v.str(n.Name), Value: hclwrite.TokensForObject([]hclwrite.ObjectAttrTokens{
+			attr("role", v.str(string(n.Role))),
+			attr("os", v.str(string(n.OS))),
+			attr("mac", v.str(n.MAC)),
+			attr("address", v.str(n.Address().String())),
+			attr("kernel", v.str(img.Kernel)),
+			attr("initrd", v.list(img.Initrd)),
+			attr("args", v.list(append(slices.Clone(img.Args), IgnitionArgs(c.Boot, n.OS)...))),
+		})})
+	}
 	locals := body.AppendNewBlock("locals", nil).Body()
 	locals.AppendUnstructuredTokens(comment(
 		"Every Matchbox id starts with the cluster's name, so that clusters",
 		"can share one Matchbox."))
 	locals.SetAttributeRaw("cluster", v.str(c.Name))
-	locals.AppendNewline()
-	locals.AppendUnstructuredTokens(comment(
-		"Served to cloud-init's NoCloud data source, which asks for",
-		"/generic?mac=MAC&file=user-data, meta-data and vendor-data."))
-	locals.SetAttributeValue("nocloud", cty.StringVal(nocloudTemplate))
-	locals.AppendNewline()
-	locals.AppendUnstructuredTokens(comment("The kernel argument that points cloud-init at Matchbox."))
-	locals.SetAttributeRaw("seed", v.str(SeedArg(c.Boot)))
-	locals.AppendNewline()
-	locals.SetAttributeRaw("roles", hclwrite.TokensForObject(roles))
-	locals.AppendNewline()
-	locals.SetAttributeRaw("nodes", hclwrite.TokensForObject(nodes))
-	body.AppendNewline()
-
-	profile := body.AppendNewBlock("resource", []string{"matchbox_profile", "role"}).Body()
-	profile.SetAttributeRaw("for_each", code("local.roles").tokens())
-	profile.AppendNewline()
-	profile.SetAttributeRaw("name", code(`"${local.cluster}-${each.key}"`).tokens())
-	profile.SetAttributeRaw("kernel", code("each.value.kernel").tokens())
-	profile.SetAttributeRaw("initrd", code("each.value.initrd").tokens())
-	profile.SetAttributeRaw("args", code("concat(each.value.args, [local.seed])").tokens())
-	profile.SetAttributeRaw("generic_config", code("local.nocloud").tokens())
-	body.AppendNewline()
-
-	group := body.AppendNewBlock("resource", []string{"matchbox_group", "node"}).Body()
-	group.SetAttributeRaw("for_each", code("local.nodes").tokens())
-	group.AppendNewline()
-	group.SetAttributeRaw("name", code(`"${local.cluster}-${each.key}"`).tokens())
-	group.SetAttributeRaw("profile", code("matchbox_profile.role[each.value.role].name").tokens())
-	group.SetAttributeRaw("selector", code("{ mac = each.value.mac }").tokens())
-	var metadata []hclwrite.ObjectAttrTokens
-	for _, nf := range nodeFiles {
-		// nodeFiles is ours: the file names are no spec values.
-		read := code(`file("${path.module}/nodes/${each.key}/` + nf.file + `")`)
-		if nf.file == "user-data" {
-			// It carries the node's private keys: never shown in a plan.
-			read = "sensitive(" + read + ")"
-		}
-		metadata = append(metadata, attr(nf.key, read.tokens()))
+	if len(cloud) > 0 {
+		locals.AppendNewline()
+		locals.AppendUnstructuredTokens(comment(
+			"Served to cloud-init's NoCloud data source, which asks for",
+			"/generic?mac=MAC&file=user-data, meta-data and vendor-data."))
+		locals.SetAttributeValue("nocloud", cty.StringVal(nocloudTemplate))
+		locals.AppendNewline()
+		locals.AppendUnstructuredTokens(comment("The kernel argument that points cloud-init at Matchbox."))
+		locals.SetAttributeRaw("seed", v.str(SeedArg(c.Boot)))
+		locals.AppendNewline()
+		locals.SetAttributeRaw("roles", hclwrite.TokensForObject(roles))
+		locals.AppendNewline()
+		locals.SetAttributeRaw("nodes", hclwrite.TokensForObject(nodes))
 	}
-	group.SetAttributeRaw("metadata", hclwrite.TokensForObject(metadata))
+	if len(ign) > 0 {
+		locals.AppendNewline()
+		locals.AppendUnstructuredTokens(comment(
+			"The nodes of an Ignition system: a profile each, whose Ignition",
+			"config Matchbox serves at /ignition?mac=MAC, and whose kernel",
+			"arguments point Ignition there."))
+		locals.SetAttributeRaw("ignition_nodes", hclwrite.TokensForObject(ignNodes))
+	}
+	body.AppendNewline()
+
+	if len(cloud) > 0 {
+		profile := body.AppendNewBlock("resource", []string{"matchbox_profile", "role"}).Body()
+		profile.SetAttributeRaw("for_each", code("local.roles").tokens())
+		profile.AppendNewline()
+		profile.SetAttributeRaw("name", code(`"${local.cluster}-${each.key}"`).tokens())
+		profile.SetAttributeRaw("kernel", code("each.value.kernel").tokens())
+		profile.SetAttributeRaw("initrd", code("each.value.initrd").tokens())
+		profile.SetAttributeRaw("args", code("concat(each.value.args, [local.seed])").tokens())
+		profile.SetAttributeRaw("generic_config", code("local.nocloud").tokens())
+		body.AppendNewline()
+
+		group := body.AppendNewBlock("resource", []string{"matchbox_group", "node"}).Body()
+		group.SetAttributeRaw("for_each", code("local.nodes").tokens())
+		group.AppendNewline()
+		group.SetAttributeRaw("name", code(`"${local.cluster}-${each.key}"`).tokens())
+		group.SetAttributeRaw("profile", code("matchbox_profile.role[each.value.role].name").tokens())
+		group.SetAttributeRaw("selector", code("{ mac = each.value.mac }").tokens())
+		var metadata []hclwrite.ObjectAttrTokens
+		for _, nf := range nodeFiles {
+			// nodeFiles is ours: the file names are no spec values.
+			read := code(`file("${path.module}/nodes/${each.key}/` + nf.file + `")`)
+			if nf.file == "user-data" {
+				// It carries the node's private keys: never shown in a plan.
+				read = "sensitive(" + read + ")"
+			}
+			metadata = append(metadata, attr(nf.key, read.tokens()))
+		}
+		group.SetAttributeRaw("metadata", hclwrite.TokensForObject(metadata))
+	}
+	if len(ign) > 0 {
+		if len(cloud) > 0 {
+			body.AppendNewline()
+		}
+		profile := body.AppendNewBlock("resource", []string{"matchbox_profile", "ignition"}).Body()
+		profile.SetAttributeRaw("for_each", code("local.ignition_nodes").tokens())
+		profile.AppendNewline()
+		profile.SetAttributeRaw("name", code(`"${local.cluster}-${each.key}"`).tokens())
+		profile.SetAttributeRaw("kernel", code("each.value.kernel").tokens())
+		profile.SetAttributeRaw("initrd", code("each.value.initrd").tokens())
+		profile.SetAttributeRaw("args", code("each.value.args").tokens())
+		profile.AppendUnstructuredTokens(comment("It carries the node's private keys: never shown in a plan."))
+		profile.SetAttributeRaw("raw_ignition", code(`sensitive(file("${path.module}/nodes/${each.key}/`+ignition.ConfigName+`"))`).tokens())
+		body.AppendNewline()
+
+		group := body.AppendNewBlock("resource", []string{"matchbox_group", "ignition"}).Body()
+		group.SetAttributeRaw("for_each", code("local.ignition_nodes").tokens())
+		group.AppendNewline()
+		group.SetAttributeRaw("name", code(`"${local.cluster}-${each.key}"`).tokens())
+		group.SetAttributeRaw("profile", code("matchbox_profile.ignition[each.key].name").tokens())
+		group.SetAttributeRaw("selector", code("{ mac = each.value.mac }").tokens())
+	}
 
 	if v.bad != nil {
 		return nil, fmt.Errorf("kcompile bug: the spec value %s reached the terraform target, but HCL cannot carry it unchanged (it reads text as NFC-normalized UTF-8)", diag.Quote(*v.bad))
@@ -313,16 +416,40 @@ func mainTF(c *ir.Cluster) ([]byte, error) {
 	return render(f), nil
 }
 
-func outputsTF() []byte {
-	f := newFile()
-	out := f.Body().AppendNewBlock("output", []string{"nodes"}).Body()
-	out.SetAttributeValue("description", cty.StringVal("Every node: its role, MAC address, address and Matchbox group and profile."))
-	out.SetAttributeRaw("value", code(`{
+func outputsTF(c *ir.Cluster) []byte {
+	cloud, ign := false, false
+	for _, n := range c.Nodes {
+		cloud = cloud || !n.OS.Ignition()
+		ign = ign || n.OS.Ignition()
+	}
+	var parts []string
+	if cloud {
+		parts = append(parts, `{
     for name, n in local.nodes : name => merge(n, {
       group   = matchbox_group.node[name].name
       profile = matchbox_group.node[name].profile
     })
-  }`).tokens())
+  }`)
+	}
+	if ign {
+		parts = append(parts, `{
+    for name, n in local.ignition_nodes : name => {
+      role    = n.role
+      mac     = n.mac
+      address = n.address
+      group   = matchbox_group.ignition[name].name
+      profile = matchbox_group.ignition[name].profile
+    }
+  }`)
+	}
+	value := parts[0]
+	if len(parts) > 1 {
+		value = "merge(" + strings.Join(parts, ", ") + ")"
+	}
+	f := newFile()
+	out := f.Body().AppendNewBlock("output", []string{"nodes"}).Body()
+	out.SetAttributeValue("description", cty.StringVal("Every node: its role, MAC address, address and Matchbox group and profile."))
+	out.SetAttributeRaw("value", code(value).tokens())
 	return render(f)
 }
 
@@ -341,17 +468,39 @@ func readme(c *ir.Cluster) string {
 	fmt.Fprintf(&b, "The state is kept in %s, beside this directory, and holds the\n", StateDir)
 	b.WriteString("nodes' private keys: keep that directory private.\n\n")
 	b.WriteString("Machines must chain-load Matchbox's iPXE endpoint (/boot.ipxe); the kernel\n")
-	b.WriteString("argument that seeds cloud-init uses iPXE's ${mac:hexhyp}. Matchbox serves\n")
-	fmt.Fprintf(&b, "each node's files at this path under %s:\n\n", diag.Quote(c.Boot.MatchboxURL))
-	b.WriteString("  /generic?mac=MAC&file=user-data|meta-data|network-config\n\n")
-	b.WriteString("Profiles (one per role):\n\n")
+	b.WriteString("arguments that point cloud-init or Ignition at Matchbox use iPXE's\n")
+	fmt.Fprintf(&b, "${mac:hexhyp}. Matchbox serves each node's configuration under %s:\n\n", diag.Quote(c.Boot.MatchboxURL))
+	cloud, ign := false, false
+	for _, n := range c.Nodes {
+		cloud = cloud || !n.OS.Ignition()
+		ign = ign || n.OS.Ignition()
+	}
+	if cloud {
+		b.WriteString("  /generic?mac=MAC&file=user-data|meta-data|network-config  (cloud-init)\n")
+	}
+	if ign {
+		b.WriteString("  /ignition?mac=MAC  (Ignition)\n")
+	}
+	b.WriteString("\nProfiles (one per role of the cloud-init nodes, one per Ignition node):\n\n")
 	for _, img := range c.Boot.Images {
-		fmt.Fprintf(&b, "  %s: kernel %s\n", diag.Quote(profileName(c, img.Role)), diag.Quote(img.Kernel))
+		if !img.OS.Ignition() {
+			fmt.Fprintf(&b, "  %s: kernel %s\n", diag.Quote(profileName(c, img.Role)), diag.Quote(img.Kernel))
+		}
+	}
+	for _, n := range c.Nodes {
+		if n.OS.Ignition() {
+			img, _ := image(c, n.Role, n.OS)
+			fmt.Fprintf(&b, "  %s: kernel %s (%s)\n", diag.Quote(groupName(c, n.Name)), diag.Quote(img.Kernel), n.OS.Name())
+		}
 	}
 	b.WriteString("\nGroups (one per node, selected by MAC):\n\n")
 	names := make([]string, 0, len(c.Nodes))
 	for _, n := range c.Nodes {
-		names = append(names, fmt.Sprintf("  %s: mac %s, profile %s", diag.Quote(groupName(c, n.Name)), diag.Quote(n.MAC), diag.Quote(profileName(c, n.Role))))
+		profile := profileName(c, n.Role)
+		if n.OS.Ignition() {
+			profile = groupName(c, n.Name)
+		}
+		names = append(names, fmt.Sprintf("  %s: mac %s, profile %s", diag.Quote(groupName(c, n.Name)), diag.Quote(n.MAC), diag.Quote(profile)))
 	}
 	sort.Strings(names)
 	b.WriteString(strings.Join(names, "\n"))

@@ -18,6 +18,7 @@ import (
 	"github.com/kcompile/kcompile/review"
 	"github.com/kcompile/kcompile/targets"
 	"github.com/kcompile/kcompile/targets/cloudinit"
+	"github.com/kcompile/kcompile/targets/ignition"
 )
 
 // externalBoot turns examples/external-etcd into a spec this target
@@ -44,11 +45,20 @@ func compile(t *testing.T, name, extra string) *pki.Material {
 	return fixture.Material(t, name, files)
 }
 
-// build builds the module as the pipeline does: systemd, cloud-init,
-// then the module around it; it returns the module and its diagnostics.
+// build builds the module as the pipeline does: systemd, cloud-init and
+// Ignition, then the module around them; it returns the module and its
+// diagnostics.
 func build(t *testing.T, m *pki.Material) (*targets.Tree, diag.List) {
 	t.Helper()
-	tree, diags, err := Build(m, cloudInit(t, m))
+	sd, err := systemd.Build(m, systemd.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ign, _, err := ignition.Build(m, sd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tree, diags, err := Build(m, cloudInit(t, m), ign)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +147,7 @@ func tofu(t *testing.T, dir string, env []string, stdin string, args ...string) 
 // finds nothing to change.
 func TestModuleValidates(t *testing.T) {
 	env := tofuEnv(t)
-	for _, m := range []*pki.Material{compile(t, "ha-stacked", ""), compile(t, "external-etcd", externalBoot)} {
+	for _, m := range []*pki.Material{compile(t, "ha-stacked", ""), compile(t, "external-etcd", externalBoot), compile(t, "flatcar", ""), compile(t, "ha-stacked", mixed)} {
 		tree, _ := build(t, m)
 		dir := filepath.Join(t.TempDir(), "terraform")
 		if _, err := targets.Write(dir, tree, targets.WriteOptions{}); err != nil {
@@ -284,11 +294,24 @@ func TestCheck(t *testing.T) {
 	}
 }
 
-// TestGolden compares the module (its .tf files and README; the node
-// files are the cloudinit target's goldens) with golden/ha-stacked/terraform.
+// mixed puts ha-stacked's workers on Flatcar: the module serves both
+// cloud-init and Ignition.
+const mixed = `workers: pools: general: os: "flatcar"
+boot: os: flatcar: {kernel: "/assets/flatcar/vmlinuz", initrd: ["/assets/flatcar/initrd.cpio.gz"]}
+`
+
+// TestGolden compares the modules (their .tf files and README; the node
+// files are the cloudinit and ignition targets' goldens) with
+// golden/<example>/terraform.
 func TestGolden(t *testing.T) {
+	for _, name := range []string{"ha-stacked", "flatcar"} {
+		golden(t, name)
+	}
+}
+
+func golden(t *testing.T, name string) {
 	update := os.Getenv("KCOMPILE_UPDATE") != ""
-	tree, _ := build(t, compile(t, "ha-stacked", ""))
+	tree, _ := build(t, compile(t, name, ""))
 	module := targets.NewTree()
 	for _, f := range tree.Files() {
 		if !strings.HasPrefix(f.Path, "nodes/") {
@@ -297,11 +320,42 @@ func TestGolden(t *testing.T) {
 			}
 		}
 	}
-	d, err := review.Golden(fixture.Path("golden/ha-stacked/terraform"), module, update)
+	d, err := review.Golden(fixture.Path("golden/"+name+"/terraform"), module, update)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if d != "" {
-		t.Errorf("the module differs from golden/ha-stacked/terraform (KCOMPILE_UPDATE=1 go test ./targets/terraform rewrites it):\n%s", d)
+		t.Errorf("the module differs from golden/%s/terraform (KCOMPILE_UPDATE=1 go test ./targets/terraform rewrites it):\n%s", name, d)
+	}
+}
+
+// TestConfigTooLarge: a node configuration Matchbox's API would refuse
+// is an error at the node, for either kind.
+func TestConfigTooLarge(t *testing.T) {
+	for _, tc := range []struct{ example, node, file, path string }{
+		{"flatcar", "w2", "config.ign", "workers.pools.edge"},
+		{"ha-stacked", "cp2", "user-data", "controlPlane.nodes.cp2"},
+	} {
+		m := compile(t, tc.example, "")
+		tree, diags := build(t, m)
+		if len(diags) > 0 {
+			t.Fatalf("%s: %v", tc.example, diags)
+		}
+		if d := CheckSizes(m.Cluster, tree); len(d) > 0 {
+			t.Fatalf("%s: %v", tc.example, d)
+		}
+		big := targets.NewTree()
+		for _, f := range tree.Files() {
+			if f.Path == targets.NodePath(tc.node, tc.file) {
+				f.Data = bytes.Repeat([]byte("x"), MaxConfigBytes+1)
+			}
+			if err := big.Add(f.Path, f.Data, f.Mode); err != nil {
+				t.Fatal(err)
+			}
+		}
+		d := CheckSizes(m.Cluster, big)
+		if len(d) != 1 || d[0].Code != CodeTooLarge || d[0].Path != tc.path || len(d[0].Positions) != 1 || !strings.Contains(d[0].Message, "node "+tc.node+" ") {
+			t.Errorf("%s: %v", tc.example, d)
+		}
 	}
 }
