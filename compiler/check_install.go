@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/kcompile/kcompile/compiler/diag"
+	"github.com/kcompile/kcompile/compiler/ir"
 )
 
 const (
@@ -60,7 +61,10 @@ func checkInstall(m *model) {
 		return
 	}
 	needed := map[string][]string{} // path -> nodes
+	flatcar := false
 	for _, n := range m.nodes {
+		os, _ := osNode(m, n)
+		flatcar = flatcar || os == ir.OSFlatcar
 		for _, b := range nodeBinaries(&m.spec, irNodeForBinaries(m, n)) {
 			if b.OS {
 				continue
@@ -74,14 +78,18 @@ func checkInstall(m *model) {
 			missing = append(missing, fmt.Sprintf("%s (%s)", p, summarizeNames(needed[p])))
 		}
 	}
+	binaries := "binaries go to /usr/local/bin"
+	if flatcar {
+		binaries = "binaries go to /usr/local/bin, on Flatcar (whose /usr is read-only) to " + ir.OSFlatcar.BinDir()
+	}
 	if len(missing) > 0 {
 		m.report(CodeBinaryMissing, "install.source", fmt.Sprintf("no artifact installs %s", strings.Join(missing, ", ")),
-			"add an artifact with the binary's URL and sha256 for each, or use source \"preinstalled\"")
+			"add an artifact with the binary's URL and sha256 for each ("+binaries+"), or use source \"preinstalled\"")
 	}
 	for _, dest := range sortedKeys(provides) {
 		if _, ok := needed[dest]; !ok {
 			m.report(CodeArtifactUnused, provides[dest], fmt.Sprintf("%s is installed but no node's components use it", dest),
-				"remove it, or check the path: binaries go to /usr/local/bin, CNI plugins to /opt/cni/bin")
+				"remove it, or check the path: "+binaries+", CNI plugins to /opt/cni/bin")
 		}
 	}
 }

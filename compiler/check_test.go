@@ -555,6 +555,10 @@ func installCases() []checkCase {
 			pass: download + allArtifacts(),
 			fail: one + allArtifacts(),
 			path: "install.artifacts", pos: "9:21"},
+		{code: CodeBinaryMissing, // Flatcar: the binaries go to /opt/bin
+			pass: download + strings.ReplaceAll(allArtifacts(), "/usr/local/bin/", "/opt/bin/") + `os: "flatcar"`,
+			fail: download + allArtifacts() + `os: "flatcar"`,
+			path: "install.source", pos: "9:18"},
 	}
 }
 

@@ -70,7 +70,10 @@ type Report struct {
 	// changed.
 	Endpoint *EndpointChange `json:"endpoint,omitempty"`
 	Notes    []string        `json:"notes,omitempty"`
-	Files    []FileChange    `json:"files"`
+	// Steps are what the change needs beyond its restarts, in order, for
+	// settings a restart does not apply.
+	Steps []Step       `json:"steps,omitempty"`
+	Files []FileChange `json:"files"`
 }
 
 // Equal reports whether the trees had no difference.
@@ -92,6 +95,9 @@ type Side struct {
 	// Endpoint says where clients reach the API and what serves it,
 	// e.g. "https://10.0.0.10:6443, a VIP of the control-plane nodes".
 	Endpoint string
+	// Facts are the settings a restart does not apply; nil when the
+	// side is a bare tree (a golden directory).
+	Facts *Facts
 }
 
 // EndpointChange is the API endpoint before and after.
@@ -147,6 +153,7 @@ func Compare(base, head Side, opts Options) *Report {
 	if r.Etcd != nil {
 		r.Notes = append(r.Notes, r.Etcd.notes(r.Nodes)...)
 	}
+	r.Steps = effects(base, head, r.Etcd)
 	return r
 }
 

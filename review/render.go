@@ -98,6 +98,15 @@ func (r *Report) WriteText(w io.Writer, colour bool) error {
 		for _, n := range r.Notes {
 			b.WriteString("note: " + n + "\n")
 		}
+		if len(r.Steps) > 0 {
+			b.WriteString("how the change takes effect (beyond the restarts):\n")
+			for i, s := range r.Steps {
+				fmt.Fprintf(&b, "  %d. %s: %s\n", i+1, s.Setting, s.Why)
+				for _, a := range s.Actions {
+					b.WriteString("     - " + a + "\n")
+				}
+			}
+		}
 		for _, f := range r.Files {
 			fmt.Fprintf(&b, "\n%s\n", fileHeader(f))
 			for _, d := range f.Details {
@@ -155,6 +164,15 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	}
 	for _, n := range r.Notes {
 		b.WriteString("- **note:** " + mdEscape(n) + "\n")
+	}
+	if len(r.Steps) > 0 {
+		b.WriteString("\n**How the change takes effect** (beyond the restarts):\n\n")
+		for i, s := range r.Steps {
+			fmt.Fprintf(&b, "%d. **%s**: %s\n", i+1, mdEscape(s.Setting), mdEscape(s.Why))
+			for _, a := range s.Actions {
+				b.WriteString("   - " + mdEscape(a) + "\n")
+			}
+		}
 	}
 	if len(r.Nodes) > 0 {
 		b.WriteString("\n| Node | Change | Files | Restarts | Starts | Stops |\n|---|---|---|---|---|---|\n")

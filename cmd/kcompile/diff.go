@@ -2,6 +2,9 @@ package main
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -10,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/kcompile/kcompile/compiler/ir"
+	"github.com/kcompile/kcompile/compiler/pki"
 	"github.com/kcompile/kcompile/pipeline"
 	"github.com/kcompile/kcompile/review"
 	"github.com/kcompile/kcompile/targets"
@@ -31,6 +35,7 @@ type diffSide struct {
 	tree     *targets.Tree
 	etcd     []review.EtcdMember
 	endpoint string
+	facts    *review.Facts
 }
 
 // Run compares; exit 0 when equal, 1 when different, 2 on any error.
@@ -123,8 +128,8 @@ func (c *diffCmd) compare(e *env) (*review.Report, error) {
 }
 
 func compareSides(a, b diffSide) *review.Report {
-	return review.Compare(review.Side{Label: a.label, Tree: a.tree, Etcd: a.etcd, Endpoint: a.endpoint},
-		review.Side{Label: b.label, Tree: b.tree, Etcd: b.etcd, Endpoint: b.endpoint}, review.Options{})
+	return review.Compare(review.Side{Label: a.label, Tree: a.tree, Etcd: a.etcd, Endpoint: a.endpoint, Facts: a.facts},
+		review.Side{Label: b.label, Tree: b.tree, Etcd: b.etcd, Endpoint: b.endpoint, Facts: b.facts}, review.Options{})
 }
 
 // side compiles one spec with the shared bundle and builds the target(s).
@@ -141,7 +146,7 @@ func (c *diffCmd) side(e *env, dir, label string) (diffSide, error) {
 		}
 		return diffSide{}, err
 	}
-	s := diffSide{label: label, etcd: etcdMembers(out.Cluster), endpoint: endpointOf(out.Cluster), tree: targets.NewTree()}
+	s := diffSide{label: label, etcd: etcdMembers(out.Cluster), endpoint: endpointOf(out.Cluster), facts: factsOf(out), tree: targets.NewTree()}
 	for _, name := range names {
 		for _, f := range out.Trees[name].Files() {
 			p := f.Path
@@ -154,6 +159,52 @@ func (c *diffCmd) side(e *env, dir, label string) (diffSide, error) {
 		}
 	}
 	return s, nil
+}
+
+// factsOf are the settings of a compiled side that a restart does not
+// apply to a running cluster.
+func factsOf(out *pipeline.Output) *review.Facts {
+	c := out.Cluster
+	f := &review.Facts{Nodes: map[string]review.NodeFacts{}, Domain: c.Network.Domain, CAs: map[string]string{}}
+	for _, p := range c.Network.ServiceCIDRs {
+		f.ServiceCIDRs = append(f.ServiceCIDRs, p.String())
+	}
+	for _, p := range c.Network.PodCIDRs {
+		f.PodCIDRs = append(f.PodCIDRs, p.String())
+	}
+	for _, n := range c.Nodes {
+		if !n.RunsPods() {
+			continue
+		}
+		var nf review.NodeFacts
+		for _, l := range n.Labels {
+			nf.Labels = append(nf.Labels, l.Key+"="+l.Value)
+		}
+		for _, t := range n.Taints {
+			nf.Taints = append(nf.Taints, t.Key+"="+t.Value+":"+t.Effect)
+		}
+		f.Nodes[n.Name] = nf
+	}
+	if out.Material != nil {
+		b := out.Material.Bundle
+		for name, a := range map[string]pki.Authority{"kubernetes": pki.ClusterCA, "etcd": pki.EtcdCA, "front-proxy": pki.FrontProxyCA} {
+			if ca, ok := b.CAs[a]; ok {
+				f.CAs[name] = fingerprint(ca.Cert.Raw)
+			}
+		}
+		if b.ServiceAccountKey != nil {
+			if der, err := x509.MarshalPKIXPublicKey(b.ServiceAccountKey.Public()); err == nil {
+				f.CAs["service-account"] = fingerprint(der)
+			}
+		}
+	}
+	return f
+}
+
+// fingerprint names a certificate or public key by a short hash.
+func fingerprint(der []byte) string {
+	sum := sha256.Sum256(der)
+	return "sha256:" + hex.EncodeToString(sum[:6])
 }
 
 // endpointOf says where clients reach the API and what serves it.

@@ -1,0 +1,217 @@
+package review
+
+import (
+	"fmt"
+	"net"
+	"slices"
+	"strings"
+)
+
+// Facts are the settings of one side that a running cluster keeps as
+// they were when a node registered, a member joined or an object was
+// made: restarting a component with the new files does not apply them.
+type Facts struct {
+	// Nodes are each node's labels and taints as its kubelet registers
+	// them (--node-labels, --register-with-taints).
+	Nodes map[string]NodeFacts
+	// ServiceCIDRs and PodCIDRs are the cluster's ranges; Domain its DNS
+	// domain.
+	ServiceCIDRs, PodCIDRs []string
+	Domain                 string
+	// CAs are the fingerprints of the cluster's CAs and service-account
+	// key, by name ("kubernetes", "etcd", "front-proxy",
+	// "service-account").
+	CAs map[string]string
+}
+
+// NodeFacts are a node's registered labels ("key=value") and taints
+// ("key=value:Effect").
+type NodeFacts struct {
+	Labels, Taints []string
+}
+
+// Step is what a change needs beyond the restarts the summary lists,
+// for a setting whose restart does not apply it, in the order to take
+// the steps.
+type Step struct {
+	Setting string   `json:"setting"`
+	Why     string   `json:"why"`
+	Actions []string `json:"actions"`
+}
+
+// etcdPeerPort is the port etcd members talk to each other on.
+const etcdPeerPort = "2380"
+
+// effects are the steps a change needs, in order: trust first (a new
+// CA), then etcd's membership, the ranges and the domain, and last the
+// Node objects, once their kubelets run the new configuration.
+func effects(a, b Side, etcd *EtcdChange) []Step {
+	var out []Step
+	fa, fb := a.Facts, b.Facts
+	if fa != nil && fb != nil {
+		out = append(out, caSteps(fa, fb)...)
+	}
+	if etcd != nil && etcd.Changed() {
+		out = append(out, etcdSteps(a.Etcd, b.Etcd, etcd)...)
+	}
+	if fa == nil || fb == nil {
+		return out
+	}
+	if !slices.Equal(fa.ServiceCIDRs, fb.ServiceCIDRs) {
+		out = append(out, Step{
+			Setting: fmt.Sprintf("service CIDR %s → %s", strings.Join(fa.ServiceCIDRs, ","), strings.Join(fb.ServiceCIDRs, ",")),
+			Why:     "the API servers' --service-cluster-ip-range allocates new Services only: every existing Service, the kubernetes Service and CoreDNS's among them, keeps its old ClusterIP",
+			Actions: []string{
+				"create a ServiceCIDR object for the new range (networking.k8s.io/v1) before the API servers restart",
+				"restart the API servers and controller-managers with the new range, then the kubelets (their clusterDNS is the new DNS address)",
+				"recreate every Service outside the new range (kubectl get svc -A; delete and apply each), CoreDNS's at the new DNS address; delete the kubernetes Service in default, which the API servers recreate in the new range",
+				"delete the old ServiceCIDR once no Service uses it, then restart every pod so that it reads the new DNS address",
+			},
+		})
+	}
+	if !slices.Equal(fa.PodCIDRs, fb.PodCIDRs) {
+		out = append(out, Step{
+			Setting: fmt.Sprintf("pod CIDR %s → %s", strings.Join(fa.PodCIDRs, ","), strings.Join(fb.PodCIDRs, ",")),
+			Why:     "a Node's spec.podCIDR is set once, when it registers, and cannot change: a restarted kubelet keeps the old range",
+			Actions: []string{
+				"restart the controller-managers with the new --cluster-cidr",
+				"for each node, one at a time: kubectl drain NODE --ignore-daemonsets; kubectl delete node NODE; restart its kubelet (it registers again, with a range from the new CIDR); kubectl uncordon NODE",
+			},
+		})
+	}
+	if fa.Domain != fb.Domain {
+		out = append(out, Step{
+			Setting: fmt.Sprintf("cluster domain %s → %s", fa.Domain, fb.Domain),
+			Why:     "a pod's resolv.conf is written when it starts: running pods keep searching the old domain",
+			Actions: []string{"once CoreDNS and the kubelets run the new configuration, restart every pod (kubectl rollout restart for each workload)"},
+		})
+	}
+	return append(out, nodeSteps(fa, fb)...)
+}
+
+// caSteps: a new CA means a rolling re-issue, with both CAs trusted
+// while it lasts; a new service-account key invalidates every token.
+func caSteps(fa, fb *Facts) []Step {
+	var out []Step
+	for _, name := range unionKeys(fa.CAs, fb.CAs) {
+		old, inA := fa.CAs[name]
+		new, inB := fb.CAs[name]
+		if !inA || !inB || old == new {
+			continue
+		}
+		if name == "service-account" {
+			out = append(out, Step{
+				Setting: "service-account signing key " + old + " → " + new,
+				Why:     "tokens signed with the old key stop verifying as soon as the API servers drop it",
+				Actions: []string{
+					"give the API servers both public keys (--service-account-key-file, twice) and restart them",
+					"sign with the new key (--service-account-signing-key-file) and restart the API servers and controller-managers",
+					"restart every pod that uses a token, wait a token lifetime, then drop the old public key",
+				},
+			})
+			continue
+		}
+		out = append(out, Step{
+			Setting: name + " CA " + old + " → " + new,
+			Why:     "a certificate of the new CA is refused by everything that still trusts the old one alone: restarting components one at a time with the new files breaks every connection between the two halves",
+			Actions: []string{
+				"on every node, trust both CAs: append the new CA to each CA file, and restart what reads them",
+				"roll out the new certificates and kubeconfigs node by node, restarting each node's components",
+				"once every node runs the new certificates, remove the old CA from the CA files and restart again",
+			},
+		})
+	}
+	return out
+}
+
+// etcdSteps are the membership commands, one member at a time, added
+// members before removed ones so that quorum never shrinks on the way.
+func etcdSteps(a, b []EtcdMember, e *EtcdChange) []Step {
+	byName := func(ms []EtcdMember, name string) EtcdMember {
+		for _, m := range ms {
+			if m.Name == name {
+				return m
+			}
+		}
+		return EtcdMember{}
+	}
+	peer := func(addr string) string { return "https://" + net.JoinHostPort(addr, etcdPeerPort) }
+	var actions []string
+	for _, m := range e.Moved {
+		name, _, _ := strings.Cut(m, ":")
+		nm := byName(b, name)
+		actions = append(actions,
+			fmt.Sprintf("etcdctl member update <ID of %s> --peer-urls=%s, then restart etcd on %s at its new address and wait until it is healthy", name, peer(nm.Address), nm.Node))
+	}
+	for _, name := range e.Added {
+		nm := byName(b, name)
+		actions = append(actions,
+			fmt.Sprintf("etcdctl member add %s --peer-urls=%s, then start etcd on %s with --initial-cluster-state=existing (its unit says new, which only a first cluster may) and wait until it is healthy", name, peer(nm.Address), nm.Node))
+	}
+	for _, name := range e.Removed {
+		om := byName(a, name)
+		actions = append(actions,
+			fmt.Sprintf("etcdctl member remove <ID of %s>, then stop etcd on %s", name, om.Node))
+	}
+	return []Step{{
+		Setting: "etcd membership: " + e.Summary(),
+		Why:     "--initial-cluster is read only when a member's data directory is empty: existing members keep the membership they have, and a restart changes nothing",
+		Actions: append(actions, "restart the API servers, whose --etcd-servers list changes, one at a time"),
+	}}
+}
+
+// nodeSteps relabel and retaint the Nodes that exist on both sides: the
+// kubelet sets its labels and taints when it registers, never again.
+func nodeSteps(fa, fb *Facts) []Step {
+	var actions []string
+	var nodes []string
+	for _, n := range unionKeys(fa.Nodes, fb.Nodes) {
+		old, inA := fa.Nodes[n]
+		new, inB := fb.Nodes[n]
+		if !inA || !inB {
+			continue
+		}
+		var set, unset []string
+		for _, l := range new.Labels {
+			if !slices.Contains(old.Labels, l) {
+				set = append(set, l)
+			}
+		}
+		for _, l := range old.Labels {
+			key, _, _ := strings.Cut(l, "=")
+			if !slices.ContainsFunc(new.Labels, func(x string) bool { return strings.HasPrefix(x, key+"=") }) {
+				unset = append(unset, key+"-")
+			}
+		}
+		if len(set)+len(unset) > 0 {
+			actions = append(actions, "kubectl label node "+n+" --overwrite "+strings.Join(append(set, unset...), " "))
+		}
+		var taint []string
+		for _, t := range new.Taints {
+			if !slices.Contains(old.Taints, t) {
+				taint = append(taint, t)
+			}
+		}
+		for _, t := range old.Taints {
+			key, rest, _ := strings.Cut(t, "=")
+			_, effect, _ := strings.Cut(rest, ":")
+			if !slices.Contains(new.Taints, t) {
+				taint = append(taint, key+":"+effect+"-")
+			}
+		}
+		if len(taint) > 0 {
+			actions = append(actions, "kubectl taint node "+n+" --overwrite "+strings.Join(taint, " "))
+		}
+		if len(set)+len(unset)+len(taint) > 0 {
+			nodes = append(nodes, n)
+		}
+	}
+	if len(actions) == 0 {
+		return nil
+	}
+	return []Step{{
+		Setting: "labels and taints of " + strings.Join(nodes, ", "),
+		Why:     "a kubelet sets its Node's labels and taints when it registers, never after: restarting it with new --node-labels or --register-with-taints leaves the Node as it was",
+		Actions: append([]string{"restart the kubelets with the new configuration (the summary's restarts), then:"}, actions...),
+	}}
+}
