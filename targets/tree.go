@@ -20,6 +20,26 @@ type File struct {
 	Mode fs.FileMode
 }
 
+// SplitNodes parts a tree into the cluster's files, as a tree of their
+// own, and each node's files by node name, with their paths on the node
+// ("/etc/..."): what a node-config target packs.
+func SplitNodes(t *Tree) (*Tree, map[string][]File, error) {
+	cluster := NewTree()
+	perNode := map[string][]File{}
+	for _, f := range t.Files() {
+		if rest, ok := strings.CutPrefix(f.Path, "nodes/"); ok {
+			node, p, _ := strings.Cut(rest, "/")
+			f.Path = "/" + p
+			perNode[node] = append(perNode[node], f)
+			continue
+		}
+		if err := cluster.Add(f.Path, f.Data, f.Mode); err != nil {
+			return nil, nil, err
+		}
+	}
+	return cluster, perNode, nil
+}
+
 // NodeSize is the size of one node's config (user-data, Ignition).
 type NodeSize struct {
 	Node  string

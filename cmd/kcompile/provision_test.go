@@ -191,6 +191,31 @@ func provisionEnv(t *testing.T) {
 	t.Setenv("SOURCE_DATE_EPOCH", "1780272000")
 }
 
+// provisionExample starts a Matchbox and copies examples/NAME, whose
+// boot.matchboxURL is url, to a spec directory pointing at it; it returns
+// Matchbox's HTTP address, the spec, a work directory, the output
+// directory and the kcompile provision command for them.
+func provisionExample(t *testing.T, name, url string) (httpAddr, spec, work, out string, provision []string) {
+	t.Helper()
+	provisionEnv(t)
+	tlsDir := t.TempDir()
+	matchboxTLS(t, tlsDir)
+	rpc, httpAddr := startMatchbox(t, tlsDir)
+	spec = t.TempDir()
+	if err := os.CopyFS(spec, os.DirFS("../../examples/"+name)); err != nil {
+		t.Fatal(err)
+	}
+	// Booting machines reach this Matchbox.
+	replaceIn(t, filepath.Join(spec, "cluster.cue"), `matchboxURL: "`+url+`"`, `matchboxURL: "http://`+httpAddr+`"`)
+	work = t.TempDir()
+	out = filepath.Join(work, "out")
+	provision = []string{"provision", spec, "-s", testSecrets(t), "-o", out,
+		"--matchbox-endpoint", rpc, "--tofu", testBin(t, "tofu"),
+		"--matchbox-ca", filepath.Join(tlsDir, "ca.crt"),
+		"--matchbox-cert", filepath.Join(tlsDir, "client.crt"), "--matchbox-key", filepath.Join(tlsDir, "client.key")}
+	return httpAddr, spec, work, out, provision
+}
+
 // hexhyp is a MAC address as iPXE's ${mac:hexhyp} writes it.
 func hexhyp(mac string) string { return strings.ReplaceAll(mac, ":", "-") }
 
@@ -198,23 +223,7 @@ func hexhyp(mac string) string { return strings.ReplaceAll(mac, ":", "-") }
 // Matchbox through real OpenTofu and the real provider, then boots each
 // node as far as cloud-init's own NoCloud code fetching its files.
 func TestProvisionMatchbox(t *testing.T) {
-	provisionEnv(t)
-	tlsDir := t.TempDir()
-	matchboxTLS(t, tlsDir)
-	rpc, httpAddr := startMatchbox(t, tlsDir)
-
-	spec := t.TempDir()
-	if err := os.CopyFS(spec, os.DirFS("../../examples/ha-stacked")); err != nil {
-		t.Fatal(err)
-	}
-	// Booting machines reach this Matchbox.
-	replaceIn(t, filepath.Join(spec, "cluster.cue"), "http://10.0.0.5:8080", "http://"+httpAddr)
-	work := t.TempDir()
-	out := filepath.Join(work, "out")
-	provision := []string{"provision", spec, "-s", testSecrets(t), "-o", out,
-		"--matchbox-endpoint", rpc, "--tofu", testBin(t, "tofu"),
-		"--matchbox-ca", filepath.Join(tlsDir, "ca.crt"),
-		"--matchbox-cert", filepath.Join(tlsDir, "client.crt"), "--matchbox-key", filepath.Join(tlsDir, "client.key")}
+	httpAddr, spec, work, out, provision := provisionExample(t, "ha-stacked", "http://10.0.0.5:8080")
 
 	code, stdout, stderr := kcompile(t, "", append(provision, "--auto-approve")...)
 	if code != 0 {
@@ -440,22 +449,7 @@ func TestProvisionUnreachable(t *testing.T) {
 // URL, with the MAC iPXE fills in, answers the compiled config, which
 // Ignition's own validator accepts.
 func TestProvisionMatchboxIgnition(t *testing.T) {
-	provisionEnv(t)
-	tlsDir := t.TempDir()
-	matchboxTLS(t, tlsDir)
-	rpc, httpAddr := startMatchbox(t, tlsDir)
-
-	spec := t.TempDir()
-	if err := os.CopyFS(spec, os.DirFS("../../examples/flatcar")); err != nil {
-		t.Fatal(err)
-	}
-	replaceIn(t, filepath.Join(spec, "cluster.cue"), `matchboxURL: "http://10.20.0.5:8080"`, `matchboxURL: "http://`+httpAddr+`"`)
-	work := t.TempDir()
-	out := filepath.Join(work, "out")
-	provision := []string{"provision", spec, "-s", testSecrets(t), "-o", out,
-		"--matchbox-endpoint", rpc, "--tofu", testBin(t, "tofu"),
-		"--matchbox-ca", filepath.Join(tlsDir, "ca.crt"),
-		"--matchbox-cert", filepath.Join(tlsDir, "client.crt"), "--matchbox-key", filepath.Join(tlsDir, "client.key")}
+	httpAddr, spec, work, out, provision := provisionExample(t, "flatcar", "http://10.20.0.5:8080")
 	code, stdout, stderr := kcompile(t, "", append(provision, "--auto-approve")...)
 	if code != 0 {
 		t.Fatalf("provision: exit %d\n%s%s", code, stdout, stderr)

@@ -79,18 +79,9 @@ func Build(m *pki.Material, sd *targets.Tree) (*targets.Tree, diag.List, error) 
 }
 
 func pack(m *pki.Material, sd *targets.Tree) (*targets.Tree, error) {
-	perNode := map[string][]targets.File{}
-	out := targets.NewTree()
-	for _, f := range sd.Files() {
-		if rest, ok := strings.CutPrefix(f.Path, "nodes/"); ok {
-			node, p, _ := strings.Cut(rest, "/")
-			f.Path = "/" + p
-			perNode[node] = append(perNode[node], f)
-			continue
-		}
-		if err := out.Add(f.Path, f.Data, f.Mode); err != nil {
-			return nil, err
-		}
+	out, perNode, err := targets.SplitNodes(sd)
+	if err != nil {
+		return nil, err
 	}
 	for _, n := range m.Cluster.Nodes {
 		// Ignition systems are the ignition target's.

@@ -51,18 +51,9 @@ const unitDir = "/etc/systemd/system/"
 // a config Ignition does not accept without a warning is one.
 func Build(m *pki.Material, sd *targets.Tree) (*targets.Tree, diag.List, error) {
 	c := m.Cluster
-	perNode := map[string][]targets.File{}
-	out := targets.NewTree()
-	for _, f := range sd.Files() {
-		if rest, ok := strings.CutPrefix(f.Path, "nodes/"); ok {
-			node, p, _ := strings.Cut(rest, "/")
-			f.Path = "/" + p
-			perNode[node] = append(perNode[node], f)
-			continue
-		}
-		if err := out.Add(f.Path, f.Data, f.Mode); err != nil {
-			return nil, nil, err
-		}
+	out, perNode, err := targets.SplitNodes(sd)
+	if err != nil {
+		return nil, nil, err
 	}
 	for _, n := range c.Nodes {
 		if !n.OS.Ignition() {
