@@ -15,7 +15,8 @@ import (
 // when any diagnostic is an error; warnings come back with a cluster. The
 // diagnostics are sorted and de-duplicated.
 func Compile(src Source) (*ir.Cluster, diag.List) {
-	l, diags := loadSpec(cuecontext.New(), src)
+	ctx := cuecontext.New()
+	l, diags := loadSpec(ctx, src)
 	if diags.HasErrors() {
 		return nil, diags.Sorted()
 	}
@@ -30,5 +31,9 @@ func Compile(src Source) (*ir.Cluster, diag.List) {
 	if m.diags.HasErrors() {
 		return nil, m.diags.Sorted()
 	}
-	return lower(m), m.diags.Sorted()
+	c := lower(m)
+	if len(src.Policies) > 0 {
+		m.diags = append(m.diags, checkPolicies(ctx, l, m, c, src.Policies)...)
+	}
+	return c, m.diags.Sorted()
 }

@@ -29,6 +29,9 @@ type Source struct {
 	// Profile adds the checks of a benchmark the cluster must meet:
 	// ProfileCIS, or none.
 	Profile string
+	// Policies are directories of organisation policies (CUE packages
+	// with a policies field) the spec must satisfy.
+	Policies []string
 }
 
 // loaded is a spec after loading: the user's own value, the same value

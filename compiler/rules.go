@@ -34,6 +34,7 @@ func Rules() []diag.Rule {
 			rules = append(rules, r)
 		}
 	}
+	rules = append(rules, policyRules()...)
 	return append(rules, scenarioRules()...)
 }
 

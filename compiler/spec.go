@@ -24,8 +24,14 @@ type specCluster struct {
 	CloudInit    struct {
 		MaxUserDataBytes int `json:"maxUserDataBytes"`
 	} `json:"cloudInit"`
-	Boot   *specBoot `json:"boot"`
-	OS     string    `json:"os"`
+	Boot     *specBoot         `json:"boot"`
+	OS       string            `json:"os"`
+	Labels   map[string]string `json:"labels"`
+	Policies struct {
+		Waivers map[string]struct {
+			Reason string `json:"reason"`
+		} `json:"waivers"`
+	} `json:"policies"`
 	Access struct {
 		Users map[string]struct {
 			SSHAuthorizedKeys []string `json:"sshAuthorizedKeys"`

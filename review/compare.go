@@ -72,12 +72,18 @@ type Report struct {
 	Notes    []string        `json:"notes,omitempty"`
 	// Steps are what the change needs beyond its restarts, in order, for
 	// settings a restart does not apply.
-	Steps []Step       `json:"steps,omitempty"`
-	Files []FileChange `json:"files"`
+	Steps []Step `json:"steps,omitempty"`
+	// Policies are the organisation policies' violations the change
+	// introduces or fixes, when both sides were held to them.
+	PoliciesChecked bool           `json:"policiesChecked,omitempty"`
+	Policies        []PolicyChange `json:"policies,omitempty"`
+	Files           []FileChange   `json:"files"`
 }
 
 // Equal reports whether the trees had no difference.
-func (r *Report) Equal() bool { return len(r.Files) == 0 && (r.Etcd == nil || !r.Etcd.Changed()) }
+func (r *Report) Equal() bool {
+	return len(r.Files) == 0 && (r.Etcd == nil || !r.Etcd.Changed()) && len(r.Policies) == 0
+}
 
 // Options tune a comparison.
 type Options struct {
@@ -98,6 +104,9 @@ type Side struct {
 	// Facts are the settings a restart does not apply; nil when the
 	// side is a bare tree (a golden directory).
 	Facts *Facts
+	// Violations are the organisation policies the side breaks; nil when
+	// no policy was checked.
+	Violations []Violation
 }
 
 // EndpointChange is the API endpoint before and after.
@@ -154,6 +163,10 @@ func Compare(base, head Side, opts Options) *Report {
 		r.Notes = append(r.Notes, r.Etcd.notes(r.Nodes)...)
 	}
 	r.Steps = effects(base, head, r.Etcd)
+	if base.Violations != nil && head.Violations != nil {
+		r.PoliciesChecked = true
+		r.Policies = comparePolicies(base.Violations, head.Violations)
+	}
 	return r
 }
 

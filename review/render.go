@@ -98,6 +98,9 @@ func (r *Report) WriteText(w io.Writer, colour bool) error {
 		for _, n := range r.Notes {
 			b.WriteString("note: " + n + "\n")
 		}
+		for _, l := range r.policyLines() {
+			b.WriteString(l + "\n")
+		}
 		if len(r.Steps) > 0 {
 			b.WriteString("how the change takes effect (beyond the restarts):\n")
 			for i, s := range r.Steps {
@@ -164,6 +167,17 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	}
 	for _, n := range r.Notes {
 		b.WriteString("- **note:** " + mdEscape(n) + "\n")
+	}
+	if r.PoliciesChecked {
+		lines := r.policyLines()
+		b.WriteString("- " + mdEscape(lines[0]) + "\n")
+		for _, p := range r.Policies {
+			at := ""
+			if p.Path != "" {
+				at = " at " + mdEscape(p.Path)
+			}
+			fmt.Fprintf(&b, "  - **%s** `%s` (%s)%s: %s\n", p.Change, mdEscape(p.ID), p.Severity, at, mdEscape(p.Message))
+		}
 	}
 	if len(r.Steps) > 0 {
 		b.WriteString("\n**How the change takes effect** (beyond the restarts):\n\n")

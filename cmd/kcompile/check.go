@@ -11,11 +11,12 @@ import (
 )
 
 type checkCmd struct {
-	Dir     string `arg:"" optional:"" default:"." help:"Spec directory (a CUE package)."`
-	Output  string `short:"o" enum:"text,json" default:"text" help:"Output format: text or json."`
-	Strict  bool   `help:"Treat warnings as errors."`
-	Secrets string `short:"s" help:"Secrets bundle: also check it against the spec (CA separation, expiry)."`
-	Profile string `enum:",cis" default:"" help:"Also require a benchmark: cis reports every setting that breaks an item of the CIS Kubernetes Benchmark without a waiver."`
+	Dir     string   `arg:"" optional:"" default:"." help:"Spec directory (a CUE package)."`
+	Output  string   `short:"o" enum:"text,json" default:"text" help:"Output format: text or json."`
+	Strict  bool     `help:"Treat warnings as errors."`
+	Secrets string   `short:"s" help:"Secrets bundle: also check it against the spec (CA separation, expiry)."`
+	Profile string   `enum:",cis" default:"" help:"Also require a benchmark: cis reports every setting that breaks an item of the CIS Kubernetes Benchmark without a waiver."`
+	Policy  []string `placeholder:"PDIR" help:"Also hold the spec to the organisation policies of PDIR, a directory or an import path of the CUE module here holding a CUE package with a policies field (repeatable); each violation is reported under the policy's id, at the spec value and at the policy's line."`
 }
 
 func (c *checkCmd) Run(e *env) error {
@@ -27,7 +28,7 @@ func (c *checkCmd) Run(e *env) error {
 			return err
 		}
 	}
-	out, err := pipeline.Run(pipeline.Input{Source: compiler.Source{Dir: c.Dir, Profile: c.Profile}, Bundle: b, Now: e.now})
+	out, err := pipeline.Run(pipeline.Input{Source: compiler.Source{Dir: c.Dir, Profile: c.Profile, Policies: c.Policy}, Bundle: b, Now: e.now})
 	if err != nil {
 		return err
 	}

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/kcompile/kcompile/compiler"
 	"github.com/kcompile/kcompile/compiler/ir"
 	"github.com/kcompile/kcompile/compiler/pki"
 	"github.com/kcompile/kcompile/pipeline"
@@ -26,6 +27,7 @@ type diffCmd struct {
 	Secrets string   `short:"s" default:"secrets.json" help:"Secrets bundle both sides are compiled with."`
 	Target  string   `short:"t" enum:"systemd,cloudinit,ignition,all" default:"systemd" help:"Which target to compare: systemd, cloudinit, ignition or all (the three)."`
 	Output  string   `short:"o" enum:"text,markdown,json" default:"text" help:"Output format: text, markdown (a pull-request comment) or json."`
+	Policy  []string `placeholder:"PDIR" help:"Hold both sides to the organisation policies of PDIR (repeatable) and report the violations the change introduces and fixes."`
 	Color   string   `enum:"auto,always,never" default:"auto" help:"Colour text output: auto (on a terminal), always or never."`
 }
 
@@ -36,6 +38,9 @@ type diffSide struct {
 	etcd     []review.EtcdMember
 	endpoint string
 	facts    *review.Facts
+	// violations are the policies the side breaks, when --policy is
+	// given.
+	violations []review.Violation
 }
 
 // Run compares; exit 0 when equal, 1 when different, 2 on any error.
@@ -128,8 +133,8 @@ func (c *diffCmd) compare(e *env) (*review.Report, error) {
 }
 
 func compareSides(a, b diffSide) *review.Report {
-	return review.Compare(review.Side{Label: a.label, Tree: a.tree, Etcd: a.etcd, Endpoint: a.endpoint, Facts: a.facts},
-		review.Side{Label: b.label, Tree: b.tree, Etcd: b.etcd, Endpoint: b.endpoint, Facts: b.facts}, review.Options{})
+	return review.Compare(review.Side{Label: a.label, Tree: a.tree, Etcd: a.etcd, Endpoint: a.endpoint, Facts: a.facts, Violations: a.violations},
+		review.Side{Label: b.label, Tree: b.tree, Etcd: b.etcd, Endpoint: b.endpoint, Facts: b.facts, Violations: b.violations}, review.Options{})
 }
 
 // side compiles one spec with the shared bundle and builds the target(s).
@@ -147,6 +152,11 @@ func (c *diffCmd) side(e *env, dir, label string) (diffSide, error) {
 		return diffSide{}, err
 	}
 	s := diffSide{label: label, etcd: etcdMembers(out.Cluster), endpoint: endpointOf(out.Cluster), facts: factsOf(out), tree: targets.NewTree()}
+	if len(c.Policy) > 0 {
+		if s.violations, err = violations(dir, c.Policy); err != nil {
+			return diffSide{}, fmt.Errorf("%s: %w", label, err)
+		}
+	}
 	for _, name := range names {
 		for _, f := range out.Trees[name].Files() {
 			p := f.Path
@@ -159,6 +169,31 @@ func (c *diffCmd) side(e *env, dir, label string) (diffSide, error) {
 		}
 	}
 	return s, nil
+}
+
+// violations holds the spec in dir to the policies: a violation (under
+// its policy's id, which no rule of kcompile has) is a finding, not an
+// error, on either side; a policy that does not load is an error.
+func violations(dir string, policies []string) ([]review.Violation, error) {
+	_, diags := compiler.Compile(compiler.Source{Dir: dir, Policies: policies})
+	rules := map[string]bool{}
+	for _, r := range pipeline.Rules() {
+		rules[r.Code] = true
+	}
+	out := []review.Violation{}
+	var broken []string
+	for _, d := range diags {
+		switch {
+		case !rules[d.Code]:
+			out = append(out, review.Violation{ID: d.Code, Severity: d.Severity.String(), Path: d.Path, Message: d.Message})
+		case d.Code == compiler.CodePolicyLoad || d.Code == compiler.CodePolicyShape || d.Code == compiler.CodePolicyNothing:
+			broken = append(broken, fmt.Sprintf("  %s: %s %s: %s", d.Primary(), d.Severity, d.Code, d.Message))
+		}
+	}
+	if len(broken) > 0 {
+		return nil, fmt.Errorf("a policy does not load:\n%s", strings.Join(broken, "\n"))
+	}
+	return out, nil
 }
 
 // factsOf are the settings of a compiled side that a restart does not

@@ -1,0 +1,147 @@
+package compiler
+
+import (
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/kcompile/kcompile/compiler/ir"
+)
+
+// facts mirrors #Facts (schema/v1alpha1/policy.cue) field by field; the
+// policy check unifies it with that definition, so a field missing here
+// or there fails every policy check at once.
+type facts struct {
+	Version string `json:"version"`
+	Nodes   struct {
+		Total        int `json:"total"`
+		ControlPlane int `json:"controlPlane"`
+		Workers      int `json:"workers"`
+		Etcd         int `json:"etcd"`
+	} `json:"nodes"`
+	Etcd struct {
+		Topology               string `json:"topology"`
+		Members                int    `json:"members"`
+		Quorum                 int    `json:"quorum"`
+		Tolerates              int    `json:"tolerates"`
+		Zones                  int    `json:"zones"`
+		QuorumSurvivesZoneLoss bool   `json:"quorumSurvivesZoneLoss"`
+		QuorumSurvivesRackLoss bool   `json:"quorumSurvivesRackLoss"`
+	} `json:"etcd"`
+	Zones                       map[string]*zoneFacts `json:"zones"`
+	RacksSharedByEtcdAndWorkers []string              `json:"racksSharedByEtcdAndWorkers"`
+	Certificates                struct {
+		KeyAlgorithm     string `json:"keyAlgorithm"`
+		CAValidityDays   int    `json:"caValidityDays"`
+		LeafValidityDays int    `json:"leafValidityDays"`
+	} `json:"certificates"`
+	CNI              string   `json:"cni"`
+	KubeProxy        string   `json:"kubeProxy"`
+	Runtime          string   `json:"runtime"`
+	OperatingSystems []string `json:"operatingSystems"`
+	Profile          string   `json:"profile"`
+}
+
+type zoneFacts struct {
+	Nodes                     int  `json:"nodes"`
+	Workers                   int  `json:"workers"`
+	EtcdMembers               int  `json:"etcdMembers"`
+	EtcdQuorumAfterLoss       bool `json:"etcdQuorumAfterLoss"`
+	WorkerCapacityLostPercent int  `json:"workerCapacityLostPercent"`
+}
+
+// deriveFacts computes the facts of a compiled cluster checked with
+// profile.
+func deriveFacts(c *ir.Cluster, profile string) facts {
+	var f facts
+	f.Version = "v1"
+	f.Zones = map[string]*zoneFacts{}
+	f.RacksSharedByEtcdAndWorkers = []string{}
+	f.OperatingSystems = []string{}
+	zone := func(z string) *zoneFacts {
+		if f.Zones[z] == nil {
+			f.Zones[z] = &zoneFacts{}
+		}
+		return f.Zones[z]
+	}
+	workerCPU := map[string]int{}
+	total := 0
+	workerRacks := map[string]bool{}
+	for _, n := range c.Nodes {
+		f.Nodes.Total++
+		switch n.Role {
+		case ir.RoleControlPlane:
+			f.Nodes.ControlPlane++
+		case ir.RoleWorker:
+			f.Nodes.Workers++
+		case ir.RoleEtcd:
+			f.Nodes.Etcd++
+		}
+		z := zone(n.Zone)
+		z.Nodes++
+		if n.Role == ir.RoleWorker {
+			z.Workers++
+			workerCPU[n.Zone] += n.Capacity.CPU
+			total += n.Capacity.CPU
+			if n.Rack != "" {
+				workerRacks[n.Rack] = true
+			}
+		}
+		if !slices.Contains(f.OperatingSystems, string(n.OS)) {
+			f.OperatingSystems = append(f.OperatingSystems, string(n.OS))
+		}
+	}
+	sort.Strings(f.OperatingSystems)
+	ms := c.Etcd.Members
+	f.Etcd.Topology = c.Etcd.Topology
+	f.Etcd.Members = len(ms)
+	if len(ms) > 0 {
+		f.Etcd.Quorum = len(ms)/2 + 1
+		f.Etcd.Tolerates = len(ms) - f.Etcd.Quorum
+	}
+	inZone, inRack := map[string]int{}, map[string]int{}
+	for _, m := range ms {
+		zone(m.Zone).EtcdMembers++
+		if m.Zone != "" {
+			inZone[m.Zone]++
+		}
+		if m.Rack != "" {
+			inRack[m.Rack]++
+			if workerRacks[m.Rack] && !slices.Contains(f.RacksSharedByEtcdAndWorkers, m.Rack) {
+				f.RacksSharedByEtcdAndWorkers = append(f.RacksSharedByEtcdAndWorkers, m.Rack)
+			}
+		}
+	}
+	sort.Strings(f.RacksSharedByEtcdAndWorkers)
+	f.Etcd.Zones = len(inZone)
+	// A member without a zone (rack) could be in any: survival is
+	// known only when every member has one.
+	survives := func(in map[string]int, of func(ir.EtcdMember) string) bool {
+		if len(ms) == 0 || slices.ContainsFunc(ms, func(m ir.EtcdMember) bool { return of(m) == "" }) {
+			return false
+		}
+		for _, k := range in {
+			if len(ms)-k < f.Etcd.Quorum {
+				return false
+			}
+		}
+		return true
+	}
+	f.Etcd.QuorumSurvivesZoneLoss = survives(inZone, func(m ir.EtcdMember) string { return m.Zone })
+	f.Etcd.QuorumSurvivesRackLoss = survives(inRack, func(m ir.EtcdMember) string { return m.Rack })
+	for name, z := range f.Zones {
+		z.EtcdQuorumAfterLoss = len(ms) > 0 && len(ms)-z.EtcdMembers >= f.Etcd.Quorum
+		if total > 0 {
+			z.WorkerCapacityLostPercent = (workerCPU[name]*100 + total - 1) / total
+		}
+	}
+	day := 24 * time.Hour
+	f.Certificates.KeyAlgorithm = c.PKI.KeyAlgorithm
+	f.Certificates.CAValidityDays = int(c.PKI.CAValidity / day)
+	f.Certificates.LeafValidityDays = int(c.PKI.LeafValidity / day)
+	f.CNI = c.Network.CNI.Plugin
+	f.KubeProxy = c.Network.KubeProxyMode
+	f.Runtime = c.Runtime.Engine
+	f.Profile = profile
+	return f
+}

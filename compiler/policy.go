@@ -1,0 +1,397 @@
+package compiler
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"cuelang.org/go/cue"
+	"cuelang.org/go/cue/ast"
+	cueerrors "cuelang.org/go/cue/errors"
+	"cuelang.org/go/cue/load"
+	"cuelang.org/go/cue/token"
+
+	"github.com/kcompile/kcompile/compiler/diag"
+	"github.com/kcompile/kcompile/compiler/ir"
+)
+
+// Diagnostics about policy packages themselves. A violation of a policy
+// is reported under the policy's own id.
+const (
+	CodePolicyLoad    = "KC2001"
+	CodePolicyShape   = "KC2002"
+	CodePolicyWaived  = "KC2003"
+	CodePolicyWaiver  = "KC2004"
+	CodePolicyNothing = "KC2005"
+)
+
+func policyRules() []diag.Rule {
+	return []diag.Rule{
+		{Code: CodePolicyLoad, Severity: diag.Error, Family: "policies", Summary: "a policy directory does not load: CUE syntax error, no package, or no policies field"},
+		{Code: CodePolicyShape, Severity: diag.Error, Family: "policies", Summary: "a policy is not a #Policy, or reads a field the spec or the facts do not have"},
+		{Code: CodePolicyWaived, Severity: diag.Warning, Family: "policies", Summary: "a waiver relaxes an organisation policy"},
+		{Code: CodePolicyWaiver, Severity: diag.Warning, Family: "policies", Summary: "a policy waiver names no policy the spec breaks"},
+		{Code: CodePolicyNothing, Severity: diag.Error, Family: "policies", Summary: "a policy's require constrains nothing"},
+	}
+}
+
+// policy is one loaded policy.
+type policy struct {
+	id       string
+	message  string
+	severity diag.Severity
+	when     cue.Value
+	require  cue.Value
+	// pos is where the policy is declared.
+	pos token.Pos
+}
+
+// checkPolicies evaluates every policy of the directories against the
+// spec l and the facts of c, and reports each violation under the
+// policy's id, at the spec value that breaks it and at the policy line
+// that states it.
+func checkPolicies(ctx *cue.Context, l *loaded, m *model, c *ir.Cluster, dirs []string) diag.List {
+	var out diag.List
+	facts, err := buildSchema(ctx, l.version, "#Facts")
+	if err != nil {
+		return diag.List{{Code: CodeInternal, Severity: diag.Error, Message: "the facts schema: " + err.Error()}}
+	}
+	facts = facts.Unify(ctx.Encode(deriveFacts(c, l.src.Profile)))
+	if err := facts.Validate(cue.Concrete(true)); err != nil {
+		return diag.List{{Code: CodeInternal, Severity: diag.Error, Message: "the derived facts do not match #Facts: " + err.Error()}}
+	}
+	input := ctx.CompileString("{}").FillPath(cue.MakePath(cue.Str("spec")), l.value).FillPath(cue.MakePath(cue.Str("facts")), facts)
+	shape, err := buildSchema(ctx, l.version, "#Policies")
+	if err != nil {
+		return diag.List{{Code: CodeInternal, Severity: diag.Error, Message: "the policy schema: " + err.Error()}}
+	}
+	waived := map[string]bool{}
+	for _, dir := range dirs {
+		pols, diags := loadPolicies(ctx, dir, shape, input)
+		out = append(out, diags...)
+		for _, p := range pols {
+			if p.when.Exists() && p.when.Subsume(input) != nil {
+				continue
+			}
+			for _, d := range p.violations(input, m) {
+				if w, ok := m.spec.Policies.Waivers[p.id]; ok {
+					waived[p.id] = true
+					out = append(out, m.diagAt(CodePolicyWaived, "policies.waivers."+quoteLabel(p.id),
+						fmt.Sprintf("policy %s is waived: %s (%s)", p.id, w.Reason, d.Message), "", d.Positions))
+					continue
+				}
+				out = append(out, d)
+			}
+		}
+	}
+	for _, id := range sortedKeys(m.spec.Policies.Waivers) {
+		if !waived[id] && len(dirs) > 0 {
+			out = append(out, m.diagAt(CodePolicyWaiver, "policies.waivers."+quoteLabel(id),
+				fmt.Sprintf("the waiver of policy %s waives nothing: no policy checked here of that id is broken", id),
+				"remove the waiver, or check the policy's id", nil))
+		}
+	}
+	return out
+}
+
+// diagAt is a diagnostic of a rule in the table at a spec path, with
+// more positions after the path's own.
+func (m *model) diagAt(code, path, msg, hint string, more []diag.Pos) diag.Diagnostic {
+	return diag.Diagnostic{Code: code, Severity: m.severity[code], Path: path, Message: msg, Hint: hint,
+		Positions: append(m.at(path), more...)}
+}
+
+// loadPolicies reads the policies field of the CUE package in dir (a
+// directory, or an import path of the CUE module of the working
+// directory, such as example.com/policies/prod) and holds every policy
+// to #Policy.
+func loadPolicies(ctx *cue.Context, dir string, shape, input cue.Value) ([]policy, diag.List) {
+	arg, cfg := ".", &load.Config{Dir: dir}
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		// Not a directory: a package of the CUE module here, resolved
+		// locally (cue.mod), never fetched.
+		if strings.HasPrefix(dir, ".") || filepath.IsAbs(dir) || !strings.Contains(dir, "/") {
+			return nil, diag.List{{Code: CodePolicyLoad, Severity: diag.Error, Message: fmt.Sprintf("policy directory %s: not a directory", dir),
+				Hint: "give --policy a directory holding one CUE package with a policies field, or an import path of the CUE module here"}}
+		}
+		arg, cfg = dir, &load.Config{}
+	}
+	insts := load.Instances([]string{arg}, cfg)
+	if len(insts) != 1 || insts[0].Err != nil {
+		var err error
+		if len(insts) == 1 {
+			err = insts[0].Err
+		}
+		return nil, policyErrors(CodePolicyLoad, dir, err, "fix the CUE syntax; every file needs the same package clause")
+	}
+	v := ctx.BuildInstance(insts[0])
+	if err := v.Err(); err != nil {
+		return nil, policyErrors(CodePolicyLoad, dir, err, "fix the CUE error")
+	}
+	pv := v.LookupPath(cue.ParsePath("policies"))
+	if !pv.Exists() {
+		return nil, diag.List{{Code: CodePolicyLoad, Severity: diag.Error, Message: fmt.Sprintf("policy package %s has no policies field", dir),
+			Positions: convertPositions([]token.Pos{v.Pos()}), Hint: `declare policies: {"<id>": {message: "...", require: {...}}}`}}
+	}
+	if err := shape.Unify(pv).Validate(); err != nil {
+		return nil, policyErrors(CodePolicyShape, dir, err, "a policy has message, severity (\"error\" or \"warning\"), an optional when and a require on spec and facts")
+	}
+	var out []policy
+	var diags diag.List
+	it, _ := pv.Fields()
+	for it.Next() {
+		pol := it.Value()
+		p := policy{id: it.Selector().Unquoted(), pos: pol.Pos(), severity: diag.Error,
+			when: pol.LookupPath(cue.ParsePath("when")), require: pol.LookupPath(cue.ParsePath("require"))}
+		p.message, _ = pol.LookupPath(cue.ParsePath("message")).String()
+		if s, _ := pol.LookupPath(cue.ParsePath("severity")).String(); s == "warning" {
+			p.severity = diag.Warning
+		}
+		if !constrains(p.require) {
+			diags = append(diags, diag.Diagnostic{Code: CodePolicyNothing, Severity: diag.Error, Path: "policies." + quoteLabel(p.id),
+				Positions: convertPositions([]token.Pos{p.require.Pos(), p.pos}),
+				Message:   fmt.Sprintf("policy %s requires nothing: every cluster passes it", p.id),
+				Hint:      "constrain a field of spec or facts in require, e.g. require: facts: etcd: members: >=3"})
+			continue
+		}
+		// A field the spec or the facts do not have is a mistake of the
+		// policy (both are closed), not a violation.
+		for _, part := range []struct {
+			v    cue.Value
+			name string
+		}{{p.require, "require"}, {p.when, "when"}} {
+			if !part.v.Exists() {
+				continue
+			}
+			if d := unknownFields(part.v, input, p.id+"."+part.name); len(d) > 0 {
+				diags = append(diags, d...)
+				p.require = cue.Value{}
+			}
+		}
+		if p.require.Exists() {
+			out = append(out, p)
+		}
+	}
+	return out, diags
+}
+
+// constrains says whether v holds a constraint on some field: a
+// require of {} or {spec: {}} passes every cluster.
+func constrains(v cue.Value) bool {
+	if !v.Exists() {
+		return false
+	}
+	if v.IncompleteKind() != cue.StructKind {
+		return true
+	}
+	it, err := v.Fields(cue.Optional(true))
+	if err != nil {
+		return true
+	}
+	for it.Next() {
+		if constrains(it.Value()) {
+			return true
+		}
+	}
+	return false
+}
+
+// unknownFields reports the fields of v that input has no place for.
+func unknownFields(v, input cue.Value, where string) diag.List {
+	var out diag.List
+	var walk func(v, in cue.Value, path []string)
+	walk = func(v, in cue.Value, path []string) {
+		if v.IncompleteKind() != cue.StructKind {
+			return
+		}
+		it, err := v.Fields(cue.Optional(true))
+		if err != nil {
+			return
+		}
+		for it.Next() {
+			sel := it.Selector()
+			name := sel.Unquoted()
+			child := in.LookupPath(cue.MakePath(cue.Str(name)))
+			if !child.Exists() {
+				// An optional field the spec leaves unset, or a key of a
+				// map, is the spec's to give; anything else is a typo.
+				if !in.Allows(cue.Str(name)) {
+					out = append(out, diag.Diagnostic{Code: CodePolicyShape, Severity: diag.Error, Path: "policies." + where,
+						Positions: convertPositions([]token.Pos{it.Value().Pos()}),
+						Message:   fmt.Sprintf("policy %s reads %s, which the %s do not have", strings.SplitN(where, ".", 2)[0], strings.Join(append(slices.Clone(path), name), "."), specOrFacts(path)),
+						Hint:      "see the fields of #Cluster (spec) and #Facts (facts) in schema/v1alpha1"})
+				}
+				continue
+			}
+			walk(it.Value(), child, append(path, name))
+		}
+	}
+	walk(v, input, nil)
+	return out
+}
+
+func specOrFacts(path []string) string {
+	if len(path) > 0 && path[0] == "facts" {
+		return "facts (#Facts)"
+	}
+	return "spec (#Cluster)"
+}
+
+// violations unifies the rule with the input: every conflict, and every
+// value the rule adds that the spec does not give, breaks it.
+func (p policy) violations(input cue.Value, m *model) diag.List {
+	got := p.require.Unify(input)
+	err := got.Validate(cue.Concrete(true))
+	if err == nil {
+		return nil
+	}
+	var out diag.List
+	seen := map[string]bool{}
+	for _, e := range cueerrors.Errors(err) {
+		// The error's path runs through the policy package down to
+		// require; what follows is the input's.
+		path := e.Path()
+		if i := slices.Index(path, "require"); i >= 0 {
+			path = path[i+1:]
+		}
+		if len(path) < 2 || (path[0] != "spec" && path[0] != "facts") {
+			continue
+		}
+		key := strings.Join(path, ".")
+		if seen[key] {
+			continue
+		}
+		seen[key] = true
+		var specPos, polPos []token.Pos
+		for _, pos := range cueerrors.Positions(e) {
+			switch {
+			case pos.Filename() == p.pos.Filename():
+				polPos = append(polPos, pos)
+			case !strings.HasPrefix(pos.Filename(), "schema/"):
+				specPos = append(specPos, pos)
+			}
+		}
+		specPath := strings.Join(path[1:], ".")
+		ps := convertPositions(specPos)
+		if path[0] == "facts" {
+			specPath, ps = m.factSource(path[1:])
+		} else if len(ps) == 0 {
+			ps = m.at(specPath)
+		}
+		sels := make([]cue.Selector, len(path))
+		for i, s := range path {
+			sels[i] = cue.Str(s)
+		}
+		rule := p.require.LookupPath(cue.MakePath(sels...))
+		// The constraint's own line, when the error does not name it (a
+		// disjunction's does not).
+		if len(polPos) == 0 && rule.Exists() {
+			src := rule.Source()
+			if f, ok := src.(*ast.Field); ok {
+				src = f.Value
+			}
+			if src != nil && src.Pos().IsValid() {
+				polPos = []token.Pos{src.Pos()}
+			} else if rule.Pos().IsValid() {
+				polPos = []token.Pos{rule.Pos()}
+			}
+		}
+		if len(polPos) == 0 {
+			polPos = []token.Pos{p.pos}
+		}
+		msg := fmt.Sprintf("%s: %s", p.message, e.Error())
+		if have := input.LookupPath(cue.MakePath(sels...)); have.Exists() && rule.Exists() {
+			msg = fmt.Sprintf("%s: %s is %v, the policy asks %v", p.message, key, have, rule)
+		} else if rule.Exists() {
+			msg = fmt.Sprintf("%s: %s is not set, the policy asks %v", p.message, key, rule)
+		}
+		out = append(out, diag.Diagnostic{Code: p.id, Severity: p.severity, Path: specPath,
+			Positions: append(ps, convertPositions(polPos[:1])...),
+			Message:   msg,
+			Hint:      fmt.Sprintf("policy %s (waive it with policies: waivers: %q: reason: \"...\")", p.id, p.id)})
+	}
+	if len(out) == 0 {
+		out = append(out, diag.Diagnostic{Code: p.id, Severity: p.severity, Path: "", Positions: convertPositions([]token.Pos{p.pos}),
+			Message: fmt.Sprintf("%s: %v", p.message, err)})
+	}
+	return out
+}
+
+// factSource is the spec path a fact is derived from, where a violation
+// of the fact points: the first of its sources the user wrote, or the
+// last, which the spec always has.
+func (m *model) factSource(path []string) (string, []diag.Pos) {
+	var from []string
+	switch path[0] {
+	case "nodes", "zones", "racksSharedByEtcdAndWorkers":
+		from = []string{"workers.pools", "workers.nodes", "controlPlane.nodes"}
+	case "etcd":
+		from = []string{"etcd.members", "etcd.topology", "controlPlane.nodes"}
+		if len(path) > 1 && (path[1] == "zones" || strings.HasPrefix(path[1], "quorumSurvives")) {
+			// Where the members' zones and racks are written.
+			from = []string{"etcd.members", "controlPlane.nodes"}
+		}
+	case "certificates":
+		if len(path) > 1 {
+			from = append(from, "pki."+map[string]string{"keyAlgorithm": "keyAlgorithm", "caValidityDays": "caValidity", "leafValidityDays": "leafValidity"}[path[1]])
+		}
+		from = append(from, "pki", "name")
+	case "cni":
+		from = []string{"network.cni.plugin", "network"}
+	case "kubeProxy":
+		from = []string{"network.kubeProxy.mode", "network"}
+	case "runtime":
+		from = []string{"runtime.engine", "name"}
+	case "operatingSystems":
+		from = []string{"os", "name"}
+	}
+	// The profile is check's flag, not the spec's: the spec as a whole.
+	from = append(from, "name")
+	for _, f := range from {
+		if m.written(f) {
+			return f, m.at(f)
+		}
+	}
+	return "name", m.at("name")
+}
+
+// policyErrors turns CUE errors of a policy package into diagnostics at
+// their positions in the package: one per path (a value outside a
+// disjunction fails each of its arms), schema lines left out.
+func policyErrors(code, dir string, err error, hint string) diag.List {
+	if err == nil {
+		return diag.List{{Code: code, Severity: diag.Error, Message: fmt.Sprintf("%s: not one CUE package", dir), Hint: hint}}
+	}
+	var out diag.List
+	byPath := map[string]int{}
+	for _, e := range cueerrors.Errors(err) {
+		var ps []token.Pos
+		for _, p := range cueerrors.Positions(e) {
+			if !strings.HasPrefix(p.Filename(), "schema/") {
+				ps = append(ps, p)
+			}
+		}
+		path := strings.Join(e.Path(), ".")
+		path = strings.TrimPrefix(path, "#Policies.")
+		if path != "" && !strings.HasPrefix(path, "policies.") && code == CodePolicyShape {
+			path = "policies." + path
+		}
+		format, args := e.Msg()
+		msg := fmt.Sprintf(format, args...)
+		if i, ok := byPath[path]; ok && path != "" {
+			// Another arm of the same disjunction: one diagnostic, with
+			// the value's position if the first had none.
+			if len(out[i].Positions) == 0 {
+				out[i].Positions = convertPositions(ps)
+			}
+			out[i].Message = "the value matches none of the schema's choices"
+			continue
+		}
+		byPath[path] = len(out)
+		out = append(out, diag.Diagnostic{Code: code, Severity: diag.Error, Path: path,
+			Positions: convertPositions(ps), Message: msg, Hint: hint})
+	}
+	return out
+}

@@ -1,0 +1,132 @@
+package compiler
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestFacts: what policies read of examples/ha-stacked (three stacked
+// members, one per zone, six workers over the zones) and of a spec whose
+// members share a zone.
+func TestFacts(t *testing.T) {
+	c, diags := Compile(Source{Dir: "../examples/ha-stacked"})
+	if c == nil {
+		t.Fatal(diags)
+	}
+	f := deriveFacts(c, ProfileCIS)
+	if f.Version != "v1" || f.Nodes.Total != 9 || f.Nodes.ControlPlane != 3 || f.Nodes.Workers != 6 || f.Nodes.Etcd != 0 {
+		t.Errorf("nodes %+v", f.Nodes)
+	}
+	if f.Etcd.Members != 3 || f.Etcd.Quorum != 2 || f.Etcd.Tolerates != 1 || f.Etcd.Zones != 3 || !f.Etcd.QuorumSurvivesZoneLoss || f.Etcd.QuorumSurvivesRackLoss {
+		t.Errorf("etcd %+v (no member has a rack: rack loss is not known to be survived)", f.Etcd)
+	}
+	for _, z := range []string{"a", "b", "c"} {
+		if got := f.Zones[z]; got == nil || got.Nodes != 3 || got.Workers != 2 || got.EtcdMembers != 1 || !got.EtcdQuorumAfterLoss || got.WorkerCapacityLostPercent != 34 {
+			t.Errorf("zone %s: %+v", z, got)
+		}
+	}
+	if f.Certificates.KeyAlgorithm != "ECDSA-P256" || f.Certificates.LeafValidityDays != 365 || f.Certificates.CAValidityDays != 3650 ||
+		f.CNI != "calico" || f.Runtime != "containerd" || f.Profile != "cis" || strings.Join(f.OperatingSystems, ",") != "debian" {
+		t.Errorf("facts %+v", f)
+	}
+
+	// cp3 moved into zone a: two of three members there.
+	src := Source{Dir: t.TempDir()}
+	for _, name := range []string{"cluster.cue", "network.cue", "workers.cue"} {
+		b, err := os.ReadFile(filepath.Join("../examples/ha-stacked", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if name == "cluster.cue" {
+			b = []byte(strings.Replace(string(b), `mac: "52:54:00:00:00:13", zone: "c"`, `mac: "52:54:00:00:00:13", zone: "a"`, 1))
+		}
+		if err := os.WriteFile(filepath.Join(src.Dir, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, diags = Compile(src)
+	if c == nil {
+		t.Fatal(diags)
+	}
+	f = deriveFacts(c, "")
+	if f.Etcd.Zones != 2 || f.Etcd.QuorumSurvivesZoneLoss || f.Zones["a"].EtcdQuorumAfterLoss || !f.Zones["b"].EtcdQuorumAfterLoss {
+		t.Errorf("two members in zone a: etcd %+v, zones %+v %+v", f.Etcd, f.Zones["a"], f.Zones["b"])
+	}
+}
+
+// TestPolicySelector: a policy applies only to the clusters its when
+// selects, and its violation names both positions.
+func TestPolicySelector(t *testing.T) {
+	dir := t.TempDir()
+	pol := `package p
+
+policies: "big": {
+	message: "production clusters have at least ten workers"
+	when: spec: labels: tier: "prod"
+	require: facts: nodes: workers: >=10
+}
+`
+	if err := os.WriteFile(filepath.Join(dir, "p.cue"), []byte(pol), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		labels string
+		fails  bool
+	}{{"", false}, {`labels: tier: "dev"`, false}, {`labels: tier: "prod"`, true}} {
+		src := Source{Dir: "../examples/ha-stacked", Policies: []string{dir},
+			Overlay: map[string][]byte{"zz.cue": []byte("package cluster\n" + tc.labels + "\n")}}
+		_, diags := Compile(src)
+		var got []string
+		for _, d := range diags {
+			if d.Code == "big" {
+				got = append(got, d.Message)
+				if len(d.Positions) != 2 || !strings.HasSuffix(d.Positions[1].File, "p.cue") || d.Positions[1].Line != 6 || d.Path != "workers.pools" {
+					t.Errorf("%q: positions %v path %s", tc.labels, d.Positions, d.Path)
+				}
+			}
+		}
+		if (len(got) > 0) != tc.fails {
+			t.Errorf("labels %q: violations %v", tc.labels, got)
+		}
+	}
+}
+
+// TestPolicyRules: each diagnostic about policies, from a policy package
+// (and a spec overlay) that raises it, at the position given.
+func TestPolicyRules(t *testing.T) {
+	// ha-stacked runs calico.
+	const cilium = "package p\npolicies: \"cni\": {\n\tmessage: \"cilium only\"\n\trequire: spec: network: cni: plugin: \"cilium\"\n}\n"
+	for _, tc := range []struct {
+		code, policy, spec, at string
+	}{
+		{CodePolicyLoad, "package p\npolicies: \"x\": {\n", "", "p.cue:2:18"},
+		{CodePolicyLoad, "package p\nrules: {}\n", "", "p.cue:1:1"},
+		{CodePolicyShape, "package p\npolicies: \"x\": {\n\tmessage: \"m\"\n\trequire: facts: etcd: memberz: 3\n}\n", "", "p.cue:4:24"},
+		{CodePolicyShape, "package p\npolicies: \"x\": {\n\tmessage: 3\n\trequire: spec: name: \"a\"\n}\n", "", "p.cue:3:11"},
+		{CodePolicyNothing, "package p\npolicies: \"x\": {\n\tmessage: \"m\"\n\trequire: facts: {}\n}\n", "", "p.cue:4:2"},
+		{CodePolicyWaived, cilium, "policies: waivers: cni: reason: \"a lab\"\n", "zz.cue:2:25"},
+		{CodePolicyWaiver, cilium, "policies: waivers: other: reason: \"old\"\n", "zz.cue:2:27"},
+	} {
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, "p.cue"), []byte(tc.policy), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		src := Source{Dir: "../examples/ha-stacked", Policies: []string{dir},
+			Overlay: map[string][]byte{"zz.cue": []byte("package cluster\n" + tc.spec)}}
+		_, diags := Compile(src)
+		found := false
+		for _, d := range diags {
+			if d.Code == tc.code {
+				found = true
+				if p := d.Primary(); !strings.HasSuffix(p.String(), "/"+tc.at) {
+					t.Errorf("%s: at %s, want %s: %s", tc.code, p, tc.at, d.Message)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("%s: not raised by %q with %q: %v", tc.code, tc.policy, tc.spec, diags)
+		}
+	}
+}
