@@ -62,7 +62,16 @@ func checkPolicies(ctx *cue.Context, l *loaded, m *model, c *ir.Cluster, dirs []
 	if err := facts.Validate(cue.Concrete(true)); err != nil {
 		return diag.List{{Code: CodeInternal, Severity: diag.Error, Message: "the derived facts do not match #Facts: " + err.Error()}}
 	}
-	input := ctx.CompileString("{}").FillPath(cue.MakePath(cue.Str("spec")), l.value).FillPath(cue.MakePath(cue.Str("facts")), facts)
+	// The effective spec: every default chosen, so that a rule cannot
+	// pick another arm of a default's disjunction; closed by #Cluster, so
+	// that a rule cannot add a field the schema does not have. Spec
+	// positions come from where the user wrote each path.
+	var data any
+	if err := l.value.Decode(&data); err != nil {
+		return diag.List{{Code: CodeInternal, Severity: diag.Error, Message: "the spec does not decode: " + err.Error()}}
+	}
+	spec := l.def.Unify(ctx.Encode(data))
+	input := ctx.CompileString("{}").FillPath(cue.MakePath(cue.Str("spec")), spec).FillPath(cue.MakePath(cue.Str("facts")), facts)
 	shape, err := buildSchema(ctx, l.version, "#Policies")
 	if err != nil {
 		return diag.List{{Code: CodeInternal, Severity: diag.Error, Message: "the policy schema: " + err.Error()}}
@@ -264,21 +273,18 @@ func (p policy) violations(input cue.Value, m *model) diag.List {
 			continue
 		}
 		seen[key] = true
-		var specPos, polPos []token.Pos
+		var polPos []token.Pos
 		for _, pos := range cueerrors.Positions(e) {
-			switch {
-			case pos.Filename() == p.pos.Filename():
+			if pos.Filename() == p.pos.Filename() {
 				polPos = append(polPos, pos)
-			case !strings.HasPrefix(pos.Filename(), "schema/"):
-				specPos = append(specPos, pos)
 			}
 		}
-		specPath := strings.Join(path[1:], ".")
-		ps := convertPositions(specPos)
+		var specPath string
+		var ps []diag.Pos
 		if path[0] == "facts" {
 			specPath, ps = m.factSource(path[1:])
-		} else if len(ps) == 0 {
-			ps = m.at(specPath)
+		} else {
+			specPath, ps = m.writtenAt(path[1:])
 		}
 		sels := make([]cue.Selector, len(path))
 		for i, s := range path {
@@ -317,6 +323,19 @@ func (p policy) violations(input cue.Value, m *model) diag.List {
 			Message: fmt.Sprintf("%s: %v", p.message, err)})
 	}
 	return out
+}
+
+// writtenAt is where the user wrote the spec value at path, or, for a
+// default, the nearest enclosing value they wrote (the spec's name when
+// none).
+func (m *model) writtenAt(path []string) (string, []diag.Pos) {
+	for i := len(path); i > 0; i-- {
+		p := cue.MakePath(selectors(path[:i])...).String()
+		if ps := m.at(p); len(ps) > 0 {
+			return strings.Join(path, "."), ps
+		}
+	}
+	return strings.Join(path, "."), m.at("name")
 }
 
 // factSource is the spec path a fact is derived from, where a violation

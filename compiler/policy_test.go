@@ -130,3 +130,25 @@ func TestPolicyRules(t *testing.T) {
 		}
 	}
 }
+
+// TestPolicyDefaultsAreFinal: a rule cannot choose another arm of a
+// default's disjunction; a violation of a default points at the nearest
+// value the user wrote.
+func TestPolicyDefaultsAreFinal(t *testing.T) {
+	dir := t.TempDir()
+	pol := "package p\npolicies: kp: {\n\tmessage: \"iptables only\"\n\trequire: spec: network: kubeProxy: mode: \"iptables\"\n}\n"
+	if err := os.WriteFile(filepath.Join(dir, "p.cue"), []byte(pol), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, diags := Compile(Source{Dir: "../examples/single-node", Policies: []string{dir}})
+	for _, d := range diags {
+		if d.Code == "kp" {
+			if !strings.Contains(d.Message, `spec.network.kubeProxy.mode is "nftables", the policy asks "iptables"`) ||
+				len(d.Positions) != 2 || !strings.HasSuffix(d.Positions[0].File, "single-node/cluster.cue") || d.Positions[0].Line != 20 {
+				t.Errorf("%s at %v", d.Message, d.Positions)
+			}
+			return
+		}
+	}
+	t.Errorf("the default nftables passed a rule asking iptables: %v", diags)
+}
