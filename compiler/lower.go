@@ -405,6 +405,11 @@ func lowerBoot(b *specBoot, nodes []ir.Node) *ir.Boot {
 		return nil
 	}
 	out := &ir.Boot{MatchboxURL: strings.TrimSuffix(b.MatchboxURL, "/")}
+	for _, os := range []ir.OS{ir.OSDebian, ir.OSFlatcar, ir.OSFedoraCoreOS} {
+		if b.OS[string(os)].Kernel != nil {
+			out.OwnKernel = append(out.OwnKernel, os)
+		}
+	}
 	for _, role := range []ir.Role{ir.RoleControlPlane, ir.RoleEtcd, ir.RoleWorker} {
 		for _, os := range []ir.OS{ir.OSDebian, ir.OSFlatcar, ir.OSFedoraCoreOS} {
 			if !slices.ContainsFunc(nodes, func(n ir.Node) bool { return n.Role == role && n.OS == os }) {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -36,6 +37,10 @@ func policyRules() []diag.Rule {
 		{Code: CodePolicyNothing, Severity: diag.Error, Family: "policies", Summary: "a policy's require constrains nothing"},
 	}
 }
+
+// kcCode is the shape of kcompile's own diagnostic codes, which a policy
+// id, reported as a code, must not take.
+var kcCode = regexp.MustCompile(`^KC[0-9]{4}$`)
 
 // policy is one loaded policy.
 type policy struct {
@@ -77,9 +82,11 @@ func checkPolicies(ctx *cue.Context, l *loaded, m *model, c *ir.Cluster, dirs []
 		return diag.List{{Code: CodeInternal, Severity: diag.Error, Message: "the policy schema: " + err.Error()}}
 	}
 	waived := map[string]bool{}
+	broken := false
 	for _, dir := range dirs {
 		pols, diags := loadPolicies(ctx, dir, shape, input)
 		out = append(out, diags...)
+		broken = broken || diags.HasErrors()
 		for _, p := range pols {
 			if p.when.Exists() && p.when.Subsume(input) != nil {
 				continue
@@ -95,8 +102,10 @@ func checkPolicies(ctx *cue.Context, l *loaded, m *model, c *ir.Cluster, dirs []
 			}
 		}
 	}
+	// With a policy that did not load, a waiver of it may still be
+	// needed: only a clean load says a waiver waives nothing.
 	for _, id := range sortedKeys(m.spec.Policies.Waivers) {
-		if !waived[id] && len(dirs) > 0 {
+		if !waived[id] && !broken {
 			out = append(out, m.diagAt(CodePolicyWaiver, "policies.waivers."+quoteLabel(id),
 				fmt.Sprintf("the waiver of policy %s waives nothing: no policy checked here of that id is broken", id),
 				"remove the waiver, or check the policy's id", nil))
@@ -154,6 +163,13 @@ func loadPolicies(ctx *cue.Context, dir string, shape, input cue.Value) ([]polic
 		pol := it.Value()
 		p := policy{id: it.Selector().Unquoted(), pos: pol.Pos(), severity: diag.Error,
 			when: pol.LookupPath(cue.ParsePath("when")), require: pol.LookupPath(cue.ParsePath("require"))}
+		if kcCode.MatchString(p.id) {
+			diags = append(diags, diag.Diagnostic{Code: CodePolicyShape, Severity: diag.Error, Path: "policies." + quoteLabel(p.id),
+				Positions: convertPositions([]token.Pos{p.pos}),
+				Message:   fmt.Sprintf("policy id %s looks like a kcompile diagnostic code", p.id),
+				Hint:      "name the policy for what it asks, e.g. \"prod-etcd-zones\""})
+			continue
+		}
 		p.message, _ = pol.LookupPath(cue.ParsePath("message")).String()
 		if s, _ := pol.LookupPath(cue.ParsePath("severity")).String(); s == "warning" {
 			p.severity = diag.Warning
@@ -174,7 +190,7 @@ func loadPolicies(ctx *cue.Context, dir string, shape, input cue.Value) ([]polic
 			if !part.v.Exists() {
 				continue
 			}
-			if d := unknownFields(part.v, input, p.id+"."+part.name); len(d) > 0 {
+			if d := unknownFields(part.v, input, p.id, part.name); len(d) > 0 {
 				diags = append(diags, d...)
 				p.require = cue.Value{}
 			}
@@ -207,8 +223,9 @@ func constrains(v cue.Value) bool {
 	return false
 }
 
-// unknownFields reports the fields of v that input has no place for.
-func unknownFields(v, input cue.Value, where string) diag.List {
+// unknownFields reports the fields of v, the part (require, when) of
+// policy id, that input has no place for.
+func unknownFields(v, input cue.Value, id, part string) diag.List {
 	var out diag.List
 	var walk func(v, in cue.Value, path []string)
 	walk = func(v, in cue.Value, path []string) {
@@ -227,9 +244,9 @@ func unknownFields(v, input cue.Value, where string) diag.List {
 				// An optional field the spec leaves unset, or a key of a
 				// map, is the spec's to give; anything else is a typo.
 				if !in.Allows(cue.Str(name)) {
-					out = append(out, diag.Diagnostic{Code: CodePolicyShape, Severity: diag.Error, Path: "policies." + where,
+					out = append(out, diag.Diagnostic{Code: CodePolicyShape, Severity: diag.Error, Path: "policies." + quoteLabel(id) + "." + part,
 						Positions: convertPositions([]token.Pos{it.Value().Pos()}),
-						Message:   fmt.Sprintf("policy %s reads %s, which the %s do not have", strings.SplitN(where, ".", 2)[0], strings.Join(append(slices.Clone(path), name), "."), specOrFacts(path)),
+						Message:   fmt.Sprintf("policy %s reads %s, which %s", id, strings.Join(append(slices.Clone(path), name), "."), specOrFacts(path)),
 						Hint:      "see the fields of #Cluster (spec) and #Facts (facts) in schema/v1alpha1"})
 				}
 				continue
@@ -243,21 +260,26 @@ func unknownFields(v, input cue.Value, where string) diag.List {
 
 func specOrFacts(path []string) string {
 	if len(path) > 0 && path[0] == "facts" {
-		return "facts (#Facts)"
+		return "the facts (#Facts) do not have"
 	}
-	return "spec (#Cluster)"
+	return "the spec (#Cluster) does not have"
 }
 
 // violations unifies the rule with the input: every conflict, and every
-// value the rule adds that the spec does not give, breaks it.
+// value the rule adds that the spec does not give (an incomplete value,
+// or a concrete one where the spec has none), breaks it.
 func (p policy) violations(input cue.Value, m *model) diag.List {
-	got := p.require.Unify(input)
-	err := got.Validate(cue.Concrete(true))
-	if err == nil {
-		return nil
-	}
 	var out diag.List
 	seen := map[string]bool{}
+	add := func(path []string, polPos []token.Pos) {
+		key := strings.Join(path, ".")
+		if seen[key] {
+			return
+		}
+		seen[key] = true
+		out = append(out, p.diagnose(path, polPos, input, m))
+	}
+	err := p.require.Unify(input).Validate(cue.Concrete(true))
 	for _, e := range cueerrors.Errors(err) {
 		// The error's path runs through the policy package down to
 		// require; what follows is the input's.
@@ -268,71 +290,97 @@ func (p policy) violations(input cue.Value, m *model) diag.List {
 		if len(path) < 2 || (path[0] != "spec" && path[0] != "facts") {
 			continue
 		}
-		key := strings.Join(path, ".")
-		if seen[key] {
-			continue
-		}
-		seen[key] = true
 		var polPos []token.Pos
 		for _, pos := range cueerrors.Positions(e) {
 			if pos.Filename() == p.pos.Filename() {
 				polPos = append(polPos, pos)
 			}
 		}
-		var specPath string
-		var ps []diag.Pos
-		if path[0] == "facts" {
-			specPath, ps = m.factSource(path[1:])
-		} else {
-			specPath, ps = m.writtenAt(path[1:])
-		}
-		sels := make([]cue.Selector, len(path))
-		for i, s := range path {
-			sels[i] = cue.Str(s)
-		}
-		rule := p.require.LookupPath(cue.MakePath(sels...))
-		// The constraint's own line, when the error does not name it (a
-		// disjunction's does not).
-		if len(polPos) == 0 && rule.Exists() {
-			src := rule.Source()
-			if f, ok := src.(*ast.Field); ok {
-				src = f.Value
-			}
-			if src != nil && src.Pos().IsValid() {
-				polPos = []token.Pos{src.Pos()}
-			} else if rule.Pos().IsValid() {
-				polPos = []token.Pos{rule.Pos()}
-			}
-		}
-		if len(polPos) == 0 {
-			polPos = []token.Pos{p.pos}
-		}
-		msg := fmt.Sprintf("%s: %s", p.message, e.Error())
-		if have := input.LookupPath(cue.MakePath(sels...)); have.Exists() && rule.Exists() {
-			msg = fmt.Sprintf("%s: %s is %v, the policy asks %v", p.message, key, have, rule)
-		} else if rule.Exists() {
-			msg = fmt.Sprintf("%s: %s is not set, the policy asks %v", p.message, key, rule)
-		}
-		out = append(out, diag.Diagnostic{Code: p.id, Severity: p.severity, Path: specPath,
-			Positions: append(ps, convertPositions(polPos[:1])...),
-			Message:   msg,
-			Hint:      fmt.Sprintf("policy %s (waive it with policies: waivers: %q: reason: \"...\")", p.id, p.id)})
+		add(path, polPos)
 	}
-	if len(out) == 0 {
-		out = append(out, diag.Diagnostic{Code: p.id, Severity: p.severity, Path: "", Positions: convertPositions([]token.Pos{p.pos}),
+	for _, path := range absent(p.require, input, nil) {
+		add(path, nil)
+	}
+	if err != nil && len(out) == 0 {
+		out = append(out, diag.Diagnostic{Code: p.id, Severity: p.severity, Positions: convertPositions([]token.Pos{p.pos}),
 			Message: fmt.Sprintf("%s: %v", p.message, err)})
 	}
 	return out
 }
 
+// absent are the paths of the values require states that the input does
+// not hold: unified, a concrete value would fill the gap silently.
+func absent(require, input cue.Value, path []string) [][]string {
+	var out [][]string
+	it, err := require.Fields()
+	if err != nil {
+		return nil
+	}
+	for it.Next() {
+		name := it.Selector().Unquoted()
+		child := input.LookupPath(cue.MakePath(cue.Str(name)))
+		p := append(slices.Clone(path), name)
+		switch {
+		case !child.Exists():
+			out = append(out, p)
+		case it.Value().IncompleteKind() == cue.StructKind:
+			out = append(out, absent(it.Value(), child, p)...)
+		}
+	}
+	return out
+}
+
+// diagnose is the violation of the rule at path (spec... or facts...),
+// at the spec value and at the rule's constraint.
+func (p policy) diagnose(path []string, polPos []token.Pos, input cue.Value, m *model) diag.Diagnostic {
+	var specPath string
+	var ps []diag.Pos
+	if path[0] == "facts" {
+		specPath, ps = m.factSource(path[1:])
+	} else {
+		specPath, ps = m.writtenAt(path[1:])
+	}
+	sels := make([]cue.Selector, len(path))
+	for i, s := range path {
+		sels[i] = cue.Str(s)
+	}
+	rule := p.require.LookupPath(cue.MakePath(sels...))
+	// The constraint's own line, when the error does not name it (a
+	// disjunction's does not).
+	if len(polPos) == 0 && rule.Exists() {
+		src := rule.Source()
+		if f, ok := src.(*ast.Field); ok {
+			src = f.Value
+		}
+		if src != nil && src.Pos().IsValid() {
+			polPos = []token.Pos{src.Pos()}
+		} else if rule.Pos().IsValid() {
+			polPos = []token.Pos{rule.Pos()}
+		}
+	}
+	if len(polPos) == 0 {
+		polPos = []token.Pos{p.pos}
+	}
+	key := strings.Join(path, ".")
+	msg := fmt.Sprintf("%s: %s breaks it", p.message, key)
+	if have := input.LookupPath(cue.MakePath(sels...)); have.Exists() && rule.Exists() {
+		msg = fmt.Sprintf("%s: %s is %v, the policy asks %v", p.message, key, have, rule)
+	} else if rule.Exists() {
+		msg = fmt.Sprintf("%s: %s is not set, the policy asks %v", p.message, key, rule)
+	}
+	return diag.Diagnostic{Code: p.id, Severity: p.severity, Path: specPath,
+		Positions: append(ps, convertPositions(polPos[:1])...),
+		Message:   msg,
+		Hint:      fmt.Sprintf("policy %s (waive it with policies: waivers: %q: reason: \"...\")", p.id, p.id)}
+}
+
 // writtenAt is where the user wrote the spec value at path, or, for a
-// default, the nearest enclosing value they wrote (the spec's name when
-// none).
+// default, the nearest enclosing value they wrote; the spec's name when
+// they wrote none of it.
 func (m *model) writtenAt(path []string) (string, []diag.Pos) {
 	for i := len(path); i > 0; i-- {
-		p := cue.MakePath(selectors(path[:i])...).String()
-		if ps := m.at(p); len(ps) > 0 {
-			return strings.Join(path, "."), ps
+		if p := cue.MakePath(selectors(path[:i])...).String(); m.written(p) {
+			return strings.Join(path, "."), m.at(p)
 		}
 	}
 	return strings.Join(path, "."), m.at("name")

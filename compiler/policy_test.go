@@ -152,3 +152,28 @@ func TestPolicyDefaultsAreFinal(t *testing.T) {
 	}
 	t.Errorf("the default nftables passed a rule asking iptables: %v", diags)
 }
+
+// TestPolicyAbsentValue: a concrete value the rule asks for and the spec
+// does not give breaks the rule, at the spec's name when the user wrote
+// nothing around it.
+func TestPolicyAbsentValue(t *testing.T) {
+	dir := t.TempDir()
+	pol := "package p\npolicies: owner: {\n\tmessage: \"every cluster names its owner\"\n\trequire: spec: labels: owner: \"team-a\"\n}\n"
+	if err := os.WriteFile(filepath.Join(dir, "p.cue"), []byte(pol), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		labels string
+		fails  bool
+	}{{"", true}, {`labels: owner: "team-b"`, true}, {`labels: owner: "team-a"`, false}} {
+		_, diags := Compile(Source{Dir: "../examples/ha-stacked", Policies: []string{dir},
+			Overlay: map[string][]byte{"zz.cue": []byte("package cluster\n" + tc.labels + "\n")}})
+		found := false
+		for _, d := range diags {
+			found = found || d.Code == "owner"
+		}
+		if found != tc.fails {
+			t.Errorf("labels %q: violation %v: %v", tc.labels, found, diags)
+		}
+	}
+}

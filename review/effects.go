@@ -192,11 +192,16 @@ func nodeSteps(fa, fb *Facts) []Step {
 				taint = append(taint, t)
 			}
 		}
-		for _, t := range old.Taints {
+		// A taint whose key and effect stay is replaced by --overwrite;
+		// kubectl refuses to set and remove the same one in one command.
+		keyEffect := func(t string) string {
 			key, rest, _ := strings.Cut(t, "=")
 			_, effect, _ := strings.Cut(rest, ":")
-			if !slices.Contains(new.Taints, t) {
-				taint = append(taint, key+":"+effect+"-")
+			return key + ":" + effect
+		}
+		for _, t := range old.Taints {
+			if !slices.ContainsFunc(new.Taints, func(x string) bool { return keyEffect(x) == keyEffect(t) }) {
+				taint = append(taint, keyEffect(t)+"-")
 			}
 		}
 		if len(taint) > 0 {

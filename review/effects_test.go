@@ -39,6 +39,7 @@ func TestEffects(t *testing.T) {
 		ea, eb  []EtcdMember
 		setting string
 		want    []string
+		not     string
 	}{
 		{name: "zone move", change: func(f *Facts) {
 			f.Nodes["w1"] = NodeFacts{Labels: []string{"topology.kubernetes.io/zone=c"}}
@@ -46,6 +47,11 @@ func TestEffects(t *testing.T) {
 		{name: "label removed, taint changed", change: func(f *Facts) {
 			f.Nodes["w2"] = NodeFacts{Labels: []string{"topology.kubernetes.io/zone=b"}, Taints: []string{"dedicated=ml:NoExecute"}}
 		}, setting: "labels and taints of w2", want: []string{"kubectl label node w2 --overwrite gpu-", "kubectl taint node w2 --overwrite dedicated=ml:NoExecute dedicated:NoSchedule-"}},
+		// Only the value changes: --overwrite replaces it, and no removal
+		// of the same key and effect follows (kubectl refuses both).
+		{name: "taint value changed", change: func(f *Facts) {
+			f.Nodes["w2"] = NodeFacts{Labels: f.Nodes["w2"].Labels, Taints: []string{"dedicated=ml:NoSchedule"}}
+		}, setting: "labels and taints of w2", want: []string{"kubectl taint node w2 --overwrite dedicated=ml:NoSchedule"}, not: "NoSchedule-"},
 		{name: "service CIDR", change: func(f *Facts) { f.ServiceCIDRs = []string{"10.112.0.0/16"} },
 			setting: "service CIDR 10.96.0.0/12 → 10.112.0.0/16", want: []string{"create a ServiceCIDR object", "delete the kubernetes Service in default"}},
 		{name: "pod CIDR", change: func(f *Facts) { f.PodCIDRs = []string{"10.128.0.0/16"} },
@@ -76,6 +82,9 @@ func TestEffects(t *testing.T) {
 				t.Errorf("step %q: %q", got[0].Setting, got[0].Why)
 			}
 			actions := strings.Join(got[0].Actions, "\n")
+			if tc.not != "" && strings.Contains(actions, tc.not) {
+				t.Errorf("actions hold %q:\n%s", tc.not, actions)
+			}
 			last := -1
 			for _, w := range tc.want {
 				i := strings.Index(actions, w)

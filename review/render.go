@@ -176,7 +176,7 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 			if p.Path != "" {
 				at = " at " + mdEscape(p.Path)
 			}
-			fmt.Fprintf(&b, "  - **%s** `%s` (%s)%s: %s\n", p.Change, mdEscape(p.ID), p.Severity, at, mdEscape(p.Message))
+			fmt.Fprintf(&b, "  - **%s** %s (%s)%s: %s\n", p.Change, mdCode(p.ID), p.Severity, at, mdEscape(p.Message))
 		}
 	}
 	if len(r.Steps) > 0 {

@@ -28,6 +28,7 @@ type diffCmd struct {
 	Target  string   `short:"t" enum:"systemd,cloudinit,ignition,all" default:"systemd" help:"Which target to compare: systemd, cloudinit, ignition or all (the three)."`
 	Output  string   `short:"o" enum:"text,markdown,json" default:"text" help:"Output format: text, markdown (a pull-request comment) or json."`
 	Policy  []string `placeholder:"PDIR" help:"Hold both sides to the organisation policies of PDIR (repeatable) and report the violations the change introduces and fixes."`
+	Profile string   `enum:",cis" default:"" help:"With --policy: the benchmark both sides are checked with, as check --profile (policies read it as facts.profile)."`
 	Color   string   `enum:"auto,always,never" default:"auto" help:"Colour text output: auto (on a terminal), always or never."`
 }
 
@@ -153,7 +154,7 @@ func (c *diffCmd) side(e *env, dir, label string) (diffSide, error) {
 	}
 	s := diffSide{label: label, etcd: etcdMembers(out.Cluster), endpoint: endpointOf(out.Cluster), facts: factsOf(out), tree: targets.NewTree()}
 	if len(c.Policy) > 0 {
-		if s.violations, err = violations(dir, c.Policy); err != nil {
+		if s.violations, err = violations(dir, c.Policy, c.Profile); err != nil {
 			return diffSide{}, fmt.Errorf("%s: %w", label, err)
 		}
 	}
@@ -174,8 +175,8 @@ func (c *diffCmd) side(e *env, dir, label string) (diffSide, error) {
 // violations holds the spec in dir to the policies: a violation (under
 // its policy's id, which no rule of kcompile has) is a finding, not an
 // error, on either side; a policy that does not load is an error.
-func violations(dir string, policies []string) ([]review.Violation, error) {
-	_, diags := compiler.Compile(compiler.Source{Dir: dir, Policies: policies})
+func violations(dir string, policies []string, profile string) ([]review.Violation, error) {
+	_, diags := compiler.Compile(compiler.Source{Dir: dir, Policies: policies, Profile: profile})
 	rules := map[string]bool{}
 	for _, r := range pipeline.Rules() {
 		rules[r.Code] = true
@@ -186,7 +187,7 @@ func violations(dir string, policies []string) ([]review.Violation, error) {
 		switch {
 		case !rules[d.Code]:
 			out = append(out, review.Violation{ID: d.Code, Severity: d.Severity.String(), Path: d.Path, Message: d.Message})
-		case d.Code == compiler.CodePolicyLoad || d.Code == compiler.CodePolicyShape || d.Code == compiler.CodePolicyNothing:
+		case d.Code == compiler.CodePolicyLoad || d.Code == compiler.CodePolicyShape || d.Code == compiler.CodePolicyNothing || d.Code == compiler.CodeInternal:
 			broken = append(broken, fmt.Sprintf("  %s: %s %s: %s", d.Primary(), d.Severity, d.Code, d.Message))
 		}
 	}

@@ -496,6 +496,9 @@ type Boot struct {
 	// Images holds the boot image of every role the cluster has, in role
 	// order.
 	Images []BootImage
+	// OwnKernel are the families whose kernel boot.os names; the others
+	// boot the cluster's (or their role's).
+	OwnKernel []OS
 }
 
 // BootImage is what the nodes of one role boot.

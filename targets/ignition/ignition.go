@@ -46,9 +46,10 @@ const Version = "3.4.0"
 const unitDir = "/etc/systemd/system/"
 
 // Build packs the systemd tree of every Ignition node (sd, built from m)
-// into nodes/<node>/config.ign and keeps the cluster tree as it is. The
-// diagnostics are the target's own (Check). An error is a compiler bug:
-// a config Ignition does not accept without a warning is one.
+// into nodes/<node>/config.ign and keeps the cluster tree as it is. It
+// has no diagnostics of its own (the pipeline adds CheckCoverage's for a
+// build of this target alone). An error is a compiler bug: a config
+// Ignition does not accept without a warning is one.
 func Build(m *pki.Material, sd *targets.Tree) (*targets.Tree, diag.List, error) {
 	c := m.Cluster
 	out, perNode, err := targets.SplitNodes(sd)
@@ -203,8 +204,10 @@ func passwd(c *ir.Cluster, n ir.Node) types.Passwd {
 
 // networkFile is the node's static network configuration in the form its
 // OS reads: a systemd-networkd .network file on Flatcar, a NetworkManager
-// keyfile on Fedora CoreOS; the interface is the one with the node's MAC,
-// or the first Ethernet interface when the spec gives none.
+// keyfile on Fedora CoreOS; the interface is the one with the node's MAC.
+// Without a MAC, networkd matches every Ethernet interface (e*) and
+// NetworkManager the first it activates: a machine with several needs
+// its mac in the spec.
 func networkFile(c *ir.Cluster, n ir.Node) (types.File, error) {
 	var addrs []netip.Prefix
 	for _, a := range n.Addresses {

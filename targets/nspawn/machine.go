@@ -282,20 +282,25 @@ func (m *machine) stop(ctx context.Context, grace time.Duration) (forced bool) {
 		r.signal(syscall.SIGTERM)
 		t := time.NewTimer(grace)
 		defer t.Stop()
+		cancelled := false
 		select {
 		case <-m.done:
 			return false
 		case <-t.C:
 		case <-ctx.Done():
+			cancelled = true
 		}
 		// nspawn ends the machine at once on a second SIGTERM; the two
 		// must not be sent back to back, or the kernel merges them into
-		// one and the machine goes on shutting down.
-		r.signal(syscall.SIGTERM)
-		select {
-		case <-m.done:
-			return true
-		case <-time.After(10 * time.Second):
+		// one and the machine goes on shutting down. Cancelled right
+		// after the first, it is killed instead.
+		if !cancelled {
+			r.signal(syscall.SIGTERM)
+			select {
+			case <-m.done:
+				return true
+			case <-time.After(10 * time.Second):
+			}
 		}
 	}
 	r.kill()

@@ -2,6 +2,7 @@ package terraform
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/kcompile/kcompile/compiler/diag"
@@ -15,6 +16,7 @@ const (
 	CodeNoBoot   = "KC1401"
 	CodeNoMAC    = "KC1402"
 	CodeTooLarge = "KC1403"
+	CodeOSKernel = "KC1404"
 )
 
 // MaxConfigBytes is the most of one node's configuration the module may
@@ -29,6 +31,7 @@ func Rules() []diag.Rule {
 	return []diag.Rule{
 		{Code: CodeNoBoot, Severity: diag.Error, Family: "terraform target", Summary: "the terraform target needs a boot section (Matchbox URL, kernel, initrds, arguments)"},
 		{Code: CodeNoMAC, Severity: diag.Error, Family: "terraform target", Summary: "the terraform target needs every node's MAC address, by which Matchbox selects its configuration"},
+		{Code: CodeOSKernel, Severity: diag.Error, Family: "terraform target", Summary: "nodes of several operating system families, more than one of them without a kernel of its own (boot.os)"},
 		{Code: CodeTooLarge, Severity: diag.Error, Family: "terraform target", Summary: "a node's configuration (cloud-init files or Ignition config) is larger than Matchbox's API takes in one message (4 MiB)"},
 	}
 }
@@ -43,6 +46,21 @@ func Check(c *ir.Cluster) diag.List {
 		// The section is missing, so point at the cluster it belongs to.
 		d.Positions = at(c, "name")
 		out = append(out, d)
+	}
+	// One kernel cannot boot two families: every family but one needs
+	// its own (the one left boots the cluster's).
+	if c.Boot != nil {
+		var without []string
+		for _, os := range []ir.OS{ir.OSDebian, ir.OSFlatcar, ir.OSFedoraCoreOS} {
+			if slices.ContainsFunc(c.Nodes, func(n ir.Node) bool { return n.OS == os }) && !slices.Contains(c.Boot.OwnKernel, os) {
+				without = append(without, string(os))
+			}
+		}
+		if len(without) > 1 {
+			out = append(out, diag.Diagnostic{Code: CodeOSKernel, Severity: diag.Error, Path: "boot.kernel", Positions: at(c, "boot.kernel"),
+				Message: fmt.Sprintf("nodes run %s, and none of these families has a kernel of its own: all would boot the same kernel", strings.Join(without, " and ")),
+				Hint:    fmt.Sprintf("give every family but the one boot.kernel is for its own, e.g. boot: os: %q: {kernel: ..., initrd: [...], args: [...]}", without[len(without)-1])})
+		}
 	}
 	// One diagnostic per place in the spec: a pool without macs is one
 	// mistake, however many nodes it has.

@@ -1,10 +1,12 @@
 // Package terraform renders a cluster as an OpenTofu/Terraform root module
-// that provisions its bare-metal machines through Matchbox: a
-// matchbox_profile per role carries the kernel, initrds and kernel
-// arguments of the spec's boot section, and a matchbox_group per node,
-// selected by the node's MAC address, serves that node's cloud-init
-// (user-data, meta-data, network-config) from the cloudinit target. Runner
-// drives the module with terraform-exec.
+// that provisions its bare-metal machines through Matchbox, selected by
+// MAC address: for cloud-init nodes a matchbox_profile per role carries
+// the kernel, initrds and kernel arguments of the spec's boot section and
+// a matchbox_group per node serves its cloud-init (user-data, meta-data,
+// network-config) from the cloudinit target; an Ignition node gets a
+// profile of its own carrying its family's boot image and its Ignition
+// config from the ignition target. Runner drives the module with
+// terraform-exec.
 //
 // The module is written with hclwrite: spec values only as value tokens,
 // which hclwrite escapes, and expressions of our own as code, a type no
@@ -205,6 +207,10 @@ func variablesTF() []byte {
 func profileName(c *ir.Cluster, r ir.Role) string { return c.Name + "-" + string(r) }
 func groupName(c *ir.Cluster, node string) string { return c.Name + "-" + node }
 
+// nodeProfileName is the profile of one Ignition node. The module builds
+// the same names.
+func nodeProfileName(c *ir.Cluster, node string) string { return c.Name + "-node-" + node }
+
 // values makes the value tokens of spec strings, and remembers the first
 // one HCL would not read back unchanged: HCL reads text as NFC-normalized
 // UTF-8, and a spec value silently altered on the way to Matchbox is worse
@@ -394,7 +400,9 @@ func mainTF(c *ir.Cluster) ([]byte, error) {
 		profile := body.AppendNewBlock("resource", []string{"matchbox_profile", "ignition"}).Body()
 		profile.SetAttributeRaw("for_each", code("local.ignition_nodes").tokens())
 		profile.AppendNewline()
-		profile.SetAttributeRaw("name", code(`"${local.cluster}-${each.key}"`).tokens())
+		// "node-": a node named like a role ("worker") must not take
+		// the role profile's id.
+		profile.SetAttributeRaw("name", code(`"${local.cluster}-node-${each.key}"`).tokens())
 		profile.SetAttributeRaw("kernel", code("each.value.kernel").tokens())
 		profile.SetAttributeRaw("initrd", code("each.value.initrd").tokens())
 		profile.SetAttributeRaw("args", code("each.value.args").tokens())
@@ -490,7 +498,7 @@ func readme(c *ir.Cluster) string {
 	for _, n := range c.Nodes {
 		if n.OS.Ignition() {
 			img, _ := image(c, n.Role, n.OS)
-			fmt.Fprintf(&b, "  %s: kernel %s (%s)\n", diag.Quote(groupName(c, n.Name)), diag.Quote(img.Kernel), n.OS.Name())
+			fmt.Fprintf(&b, "  %s: kernel %s (%s)\n", diag.Quote(nodeProfileName(c, n.Name)), diag.Quote(img.Kernel), n.OS.Name())
 		}
 	}
 	b.WriteString("\nGroups (one per node, selected by MAC):\n\n")
@@ -498,7 +506,7 @@ func readme(c *ir.Cluster) string {
 	for _, n := range c.Nodes {
 		profile := profileName(c, n.Role)
 		if n.OS.Ignition() {
-			profile = groupName(c, n.Name)
+			profile = nodeProfileName(c, n.Name)
 		}
 		names = append(names, fmt.Sprintf("  %s: mac %s, profile %s", diag.Quote(groupName(c, n.Name)), diag.Quote(n.MAC), diag.Quote(profile)))
 	}

@@ -292,6 +292,17 @@ func TestCheck(t *testing.T) {
 	if tree, diags := build(t, compile(t, "single-node", "")); tree != nil || !diags.HasErrors() {
 		t.Error("Build built a module for a spec without boot")
 	}
+	// Debian and Flatcar nodes, neither with a kernel of its own: one
+	// kernel for both is an error at boot.kernel; one family with its
+	// own kernel is enough.
+	c = compile(t, "ha-stacked", `workers: pools: general: os: "flatcar"`+"\n").Cluster
+	if d := Check(c); len(d) != 1 || d[0].Code != CodeOSKernel || d[0].Path != "boot.kernel" || !d[0].Primary().IsValid() ||
+		!strings.Contains(d[0].Message, "debian and flatcar") {
+		t.Errorf("two families, one kernel: %v", d)
+	}
+	if d := Check(compile(t, "ha-stacked", mixed).Cluster); len(d) != 0 {
+		t.Errorf("a kernel for Flatcar: %v", d)
+	}
 }
 
 // mixed puts ha-stacked's workers on Flatcar: the module serves both

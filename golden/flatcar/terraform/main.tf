@@ -63,7 +63,7 @@ locals {
 resource "matchbox_profile" "ignition" {
   for_each = local.ignition_nodes
 
-  name   = "${local.cluster}-${each.key}"
+  name   = "${local.cluster}-node-${each.key}"
   kernel = each.value.kernel
   initrd = each.value.initrd
   args   = each.value.args
