@@ -96,7 +96,7 @@ func deriveFacts(c *ir.Cluster, profile string) facts {
 	f.Etcd.Topology = c.Etcd.Topology
 	f.Etcd.Members = len(ms)
 	if len(ms) > 0 {
-		f.Etcd.Quorum = len(ms)/2 + 1
+		f.Etcd.Quorum = quorum(len(ms))
 		f.Etcd.Tolerates = len(ms) - f.Etcd.Quorum
 	}
 	inZone, inRack := map[string]int{}, map[string]int{}

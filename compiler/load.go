@@ -41,7 +41,9 @@ type loaded struct {
 	user    cue.Value
 	value   cue.Value
 	version schema.Version
-	def     cue.Value
+	// schema is the version's schema package; def its #Cluster.
+	schema cue.Value
+	def    cue.Value
 	// written maps a path to the positions the user wrote it at.
 	written map[string][]token.Pos
 	// labels maps a path to the positions of its field label.
@@ -130,12 +132,16 @@ func loadSpec(ctx *cue.Context, src Source) (*loaded, diag.List) {
 	}
 	l.version = version
 
-	def, err := buildSchema(ctx, version, "#Cluster")
+	root, err := schemaPackage(ctx, version)
+	def := root.LookupPath(cue.ParsePath("#Cluster"))
+	if err == nil {
+		err = def.Err()
+	}
 	if err != nil {
 		// The schema is embedded and tested; failing here is a kcompile bug.
 		return nil, diag.List{{Code: CodeInternal, Severity: diag.Error, Message: "internal error: embedded schema does not build: " + err.Error()}}
 	}
-	l.def = def
+	l.schema, l.def = root, def
 	l.value = user.Unify(def)
 	diags = l.validate()
 	if ambiguous := ambiguities(l); len(ambiguous) > 0 {
@@ -329,10 +335,20 @@ func checkDir(src Source, dir string) *diag.Diagnostic {
 }
 
 // buildSchema compiles the embedded schema package of a version and returns
-// its definition def (#Cluster, #Scenario). File names are
-// repository-relative so positions in diagnostics point at
-// schema/v1alpha1/*.cue.
+// its definition def (#Cluster, #Scenario).
 func buildSchema(ctx *cue.Context, v schema.Version, def string) (cue.Value, error) {
+	root, err := schemaPackage(ctx, v)
+	if err != nil {
+		return cue.Value{}, err
+	}
+	d := root.LookupPath(cue.ParsePath(def))
+	return d, d.Err()
+}
+
+// schemaPackage compiles the embedded schema package of a version. File
+// names are repository-relative so positions in diagnostics point at
+// schema/v1alpha1/*.cue.
+func schemaPackage(ctx *cue.Context, v schema.Version) (cue.Value, error) {
 	files, err := schema.Files(v)
 	if err != nil {
 		return cue.Value{}, err
@@ -348,11 +364,7 @@ func buildSchema(ctx *cue.Context, v schema.Version, def string) (cue.Value, err
 		}
 	}
 	val := ctx.BuildInstance(inst)
-	if err := val.Err(); err != nil {
-		return cue.Value{}, err
-	}
-	d := val.LookupPath(cue.ParsePath(def))
-	return d, d.Err()
+	return val, val.Err()
 }
 
 // recordWritten walks the user's value and records where each path was

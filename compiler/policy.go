@@ -59,11 +59,8 @@ type policy struct {
 // that states it.
 func checkPolicies(ctx *cue.Context, l *loaded, m *model, c *ir.Cluster, dirs []string) diag.List {
 	var out diag.List
-	facts, err := buildSchema(ctx, l.version, "#Facts")
-	if err != nil {
-		return diag.List{{Code: CodeInternal, Severity: diag.Error, Message: "the facts schema: " + err.Error()}}
-	}
-	facts = facts.Unify(ctx.Encode(deriveFacts(c, l.src.Profile)))
+	// The schema package loaded with the spec holds both definitions.
+	facts := l.schema.LookupPath(cue.ParsePath("#Facts")).Unify(ctx.Encode(deriveFacts(c, l.src.Profile)))
 	if err := facts.Validate(cue.Concrete(true)); err != nil {
 		return diag.List{{Code: CodeInternal, Severity: diag.Error, Message: "the derived facts do not match #Facts: " + err.Error()}}
 	}
@@ -77,8 +74,8 @@ func checkPolicies(ctx *cue.Context, l *loaded, m *model, c *ir.Cluster, dirs []
 	}
 	spec := l.def.Unify(ctx.Encode(data))
 	input := ctx.CompileString("{}").FillPath(cue.MakePath(cue.Str("spec")), spec).FillPath(cue.MakePath(cue.Str("facts")), facts)
-	shape, err := buildSchema(ctx, l.version, "#Policies")
-	if err != nil {
+	shape := l.schema.LookupPath(cue.ParsePath("#Policies"))
+	if err := shape.Err(); err != nil {
 		return diag.List{{Code: CodeInternal, Severity: diag.Error, Message: "the policy schema: " + err.Error()}}
 	}
 	waived := map[string]bool{}

@@ -118,8 +118,9 @@ func isIgnition(path string, data []byte) bool {
 	return json.Unmarshal(data, &head) == nil && head.Ignition.Version != ""
 }
 
-// hash names content without revealing it.
-func hash(data []byte) string {
+// Hash names content without revealing it: a short sha256, as the
+// review shows secrets and as the diff names CAs by.
+func Hash(data []byte) string {
 	sum := sha256.Sum256(data)
 	return "sha256:" + hex.EncodeToString(sum[:6])
 }
@@ -142,9 +143,9 @@ func secretLines(old, new []byte) []string {
 			return ""
 		}
 		if what := keyKind(b); what != "" {
-			return what + " " + hash(b)
+			return what + " " + Hash(b)
 		}
-		return hash(b)
+		return Hash(b)
 	}
 	return []string{"content: " + change(desc(old), desc(new)) + " (secret, not shown)"}
 }
@@ -251,7 +252,7 @@ func certLines(old, new []byte) []string {
 		if old == nil || new == nil {
 			return []string{"content: " + change(hashOrEmpty(old), hashOrEmpty(new)) + " (not a parseable certificate)"}
 		}
-		return []string{"content: " + hash(old) + " → " + hash(new) + " (not a parseable certificate)"}
+		return []string{"content: " + Hash(old) + " → " + Hash(new) + " (not a parseable certificate)"}
 	case a == nil || b == nil:
 		c := a
 		if c == nil {
@@ -302,7 +303,7 @@ func certLines(old, new []byte) []string {
 	}
 	if !bytes.Equal(a.Raw, b.Raw) && len(out) == 1 {
 		// Only the key line: the signature or an extension differs.
-		out = append(out, "content: "+hash(a.Raw)+" → "+hash(b.Raw))
+		out = append(out, "content: "+Hash(a.Raw)+" → "+Hash(b.Raw))
 	}
 	return out
 }
@@ -311,7 +312,7 @@ func hashOrEmpty(b []byte) string {
 	if b == nil {
 		return ""
 	}
-	return hash(b)
+	return Hash(b)
 }
 
 func orNone(s string) string {
@@ -435,12 +436,12 @@ func certRef(data []byte, file string) string {
 		return file
 	}
 	if c := parseCert(data); c != nil {
-		return fmt.Sprintf("%q %s", c.Subject.String(), hash(c.Raw))
+		return fmt.Sprintf("%q %s", c.Subject.String(), Hash(c.Raw))
 	}
 	if len(data) == 0 {
 		return "(none)"
 	}
-	return hash(data)
+	return Hash(data)
 }
 
 func secretRef(data []byte, file string) string {
@@ -450,7 +451,7 @@ func secretRef(data []byte, file string) string {
 	if len(data) == 0 {
 		return "(none)"
 	}
-	return hash(data)
+	return Hash(data)
 }
 
 func unionKeys[V any](a, b map[string]V) []string {

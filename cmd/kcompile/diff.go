@@ -2,9 +2,7 @@ package main
 
 import (
 	"bytes"
-	"crypto/sha256"
 	"crypto/x509"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -225,22 +223,16 @@ func factsOf(out *pipeline.Output) *review.Facts {
 		b := out.Material.Bundle
 		for name, a := range map[string]pki.Authority{"kubernetes": pki.ClusterCA, "etcd": pki.EtcdCA, "front-proxy": pki.FrontProxyCA} {
 			if ca, ok := b.CAs[a]; ok {
-				f.CAs[name] = fingerprint(ca.Cert.Raw)
+				f.CAs[name] = review.Hash(ca.Cert.Raw)
 			}
 		}
 		if b.ServiceAccountKey != nil {
 			if der, err := x509.MarshalPKIXPublicKey(b.ServiceAccountKey.Public()); err == nil {
-				f.CAs["service-account"] = fingerprint(der)
+				f.CAs["service-account"] = review.Hash(der)
 			}
 		}
 	}
 	return f
-}
-
-// fingerprint names a certificate or public key by a short hash.
-func fingerprint(der []byte) string {
-	sum := sha256.Sum256(der)
-	return "sha256:" + hex.EncodeToString(sum[:6])
 }
 
 // endpointOf says where clients reach the API and what serves it.

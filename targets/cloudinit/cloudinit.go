@@ -6,11 +6,8 @@
 package cloudinit
 
 import (
-	"bytes"
-	"compress/gzip"
 	"encoding/base64"
 	"fmt"
-	"io"
 	"io/fs"
 	"strconv"
 	"strings"
@@ -161,18 +158,11 @@ func nodeUserData(c *ir.Cluster, n ir.Node, files []targets.File) ([]byte, error
 // the content is not text.
 func encodeFile(f targets.File) (writeFile, error) {
 	wf := writeFile{Path: f.Path, Permissions: fmt.Sprintf("%04o", f.Mode.Perm()), Owner: "root:root"}
-	var gz bytes.Buffer
-	w, err := gzip.NewWriterLevel(&gz, gzip.BestCompression)
+	gz, err := targets.Gzip(f.Data)
 	if err != nil {
 		return wf, err
 	}
-	if _, err := w.Write(f.Data); err != nil {
-		return wf, err
-	}
-	if err := w.Close(); err != nil {
-		return wf, err
-	}
-	packed := base64.StdEncoding.EncodeToString(gz.Bytes())
+	packed := base64.StdEncoding.EncodeToString(gz)
 	if !isText(f.Data) || len(packed) < len(f.Data) {
 		wf.Encoding, wf.Content = "gz+b64", packed
 	} else {
@@ -226,11 +216,7 @@ func decodeContent(wf writeFile) ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		zr, err := gzip.NewReader(bytes.NewReader(raw))
-		if err != nil {
-			return nil, err
-		}
-		return io.ReadAll(zr)
+		return targets.Gunzip(raw)
 	}
 	return []byte(wf.Content), nil
 }

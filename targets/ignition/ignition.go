@@ -12,12 +12,9 @@
 package ignition
 
 import (
-	"bytes"
-	"compress/gzip"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"io"
 	"io/fs"
 	"net/netip"
 	"path"
@@ -163,19 +160,12 @@ func file(p string, data []byte, mode fs.FileMode) (types.File, error) {
 }
 
 func contents(data []byte) (string, *string, error) {
-	var gz bytes.Buffer
-	w, err := gzip.NewWriterLevel(&gz, gzip.BestCompression)
+	gz, err := targets.Gzip(data)
 	if err != nil {
 		return "", nil, err
 	}
-	if _, err := w.Write(data); err != nil {
-		return "", nil, err
-	}
-	if err := w.Close(); err != nil {
-		return "", nil, err
-	}
-	if gz.Len() < len(data) {
-		return "data:;base64," + base64.StdEncoding.EncodeToString(gz.Bytes()), ptr("gzip"), nil
+	if len(gz) < len(data) {
+		return "data:;base64," + base64.StdEncoding.EncodeToString(gz), ptr("gzip"), nil
 	}
 	return "data:;base64," + base64.StdEncoding.EncodeToString(data), nil, nil
 }
@@ -401,15 +391,10 @@ func decodeResource(r types.Resource) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("not a data URL (%v)", err)
 	}
-	data := u.Data
 	if r.Compression != nil && *r.Compression == "gzip" {
-		zr, err := gzip.NewReader(bytes.NewReader(data))
-		if err != nil {
-			return nil, err
-		}
-		return io.ReadAll(zr)
+		return targets.Gunzip(u.Data)
 	}
-	return data, nil
+	return u.Data, nil
 }
 
 func ptr[T any](v T) *T { return &v }
