@@ -632,3 +632,35 @@ func bundleDifference(b, p *Bundle) string {
 	}
 	return ""
 }
+
+// TestIssueCertsIsIssue: a part of the catalogue, issued alone (as the
+// simulator issues its kubelets' client certificates), gives the very
+// leaves the whole issuance gives, in the order asked, whatever the
+// number of cores signing.
+func TestIssueCertsIsIssue(t *testing.T) {
+	c := compileExample(t, "ha-stacked")
+	b := newTestBundle(t)
+	whole, err := Issue(c, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var part []Cert
+	for _, cert := range slices.Backward(Catalogue(c)) {
+		if cert.Name == "kubelet-client" || cert.Node == "" {
+			part = append(part, cert)
+		}
+	}
+	m, err := IssueCerts(c, b, part)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m.Leaves) != len(part) || len(part) != 11 {
+		t.Fatalf("%d leaves for %d certificates (want 9 kubelets, admin and super-admin)", len(m.Leaves), len(part))
+	}
+	for i, l := range m.Leaves {
+		w, ok := whole.Leaf(part[i].ID)
+		if l.ID != part[i].ID || !ok || !bytes.Equal(l.CertPEM, w.CertPEM) || !bytes.Equal(l.KeyPEM, w.KeyPEM) {
+			t.Errorf("leaf %d (%s) differs from the whole issuance's %s", i, l.ID, part[i].ID)
+		}
+	}
+}

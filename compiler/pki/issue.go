@@ -8,7 +8,10 @@ import (
 	"crypto/x509/pkix"
 	"fmt"
 	"net"
+	"runtime"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/kcompile/kcompile/compiler/ir"
@@ -62,19 +65,40 @@ func (m *Material) Leaf(id string) (Issued, bool) {
 // signatures are. It refuses to issue a leaf outside its CA's validity;
 // Check says why in terms of the spec and the bundle.
 func Issue(c *ir.Cluster, b *Bundle) (*Material, error) {
+	return IssueCerts(c, b, Catalogue(c))
+}
+
+// IssueCerts signs the given entries of the cluster's catalogue, in
+// their order: each is the same certificate Issue would sign, because an
+// entry depends only on the cluster-wide settings and its own node. The
+// simulator issues its simulated kubelets' client certificates alone.
+// Certificates are signed on every core; the result does not depend on
+// their number.
+func IssueCerts(c *ir.Cluster, b *Bundle, certs []Cert) (*Material, error) {
 	alg, err := ParseAlgorithm(c.PKI.KeyAlgorithm)
 	if err != nil {
 		return nil, err
 	}
-	m := &Material{Cluster: c, Bundle: b}
-	for _, cert := range Catalogue(c) {
-		issued, err := issue(c, b, alg, cert)
-		if err != nil {
-			return nil, fmt.Errorf("issuing %s: %w", cert.ID, err)
-		}
-		m.Leaves = append(m.Leaves, issued)
+	leaves := make([]Issued, len(certs))
+	errs := make([]error, len(certs))
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(runtime.GOMAXPROCS(0), len(certs)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := int(next.Add(1) - 1); i < len(certs); i = int(next.Add(1) - 1) {
+				leaves[i], errs[i] = issue(c, b, alg, certs[i])
+			}
+		}()
 	}
-	return m, nil
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			return nil, fmt.Errorf("issuing %s: %w", certs[i].ID, err)
+		}
+	}
+	return &Material{Cluster: c, Bundle: b, Leaves: leaves}, nil
 }
 
 // identity is what a leaf's key is derived from. The epoch is part of it

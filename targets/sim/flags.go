@@ -39,10 +39,7 @@ func layout(treeDir string, addrs *AddressMap) systemd.Options {
 
 // unit is one of a node's units as the systemd target built it.
 func (s *Sim) unit(node, name string) (unitfile.File, error) {
-	for _, n := range s.cluster.Nodes {
-		if n.Name != node {
-			continue
-		}
+	if n, ok := s.node(node); ok {
 		for _, u := range systemd.NodeUnits(s.cluster, n, s.layout) {
 			if u.Name == name {
 				return u.Unit, nil

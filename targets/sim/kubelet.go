@@ -50,8 +50,16 @@ type kubelet struct {
 	// lease is the Lease as last written; renewEvery is how often.
 	lease      *coordinationv1.Lease
 	renewEvery time.Duration
-	cancel     context.CancelFunc
-	done       chan struct{}
+	// active is set while the node's agent runs; timer renews its Lease
+	// and cancel ends its requests. A kubelet is no goroutine while it
+	// waits: 10,000 idle goroutines would cost more than the kubelets.
+	active bool
+	timer  *time.Timer
+	cancel context.CancelFunc
+	// beat is held while a renewal runs, so that stop can wait for it.
+	beat sync.Mutex
+	// closeIdle closes the agent's idle connection to the API.
+	closeIdle func()
 }
 
 // leaseSeconds is the kubelet's default Lease duration; it renews the
@@ -205,66 +213,58 @@ func (k *kubelet) setLease(l *coordinationv1.Lease) {
 	k.mu.Unlock()
 }
 
-// heartbeat renews the Lease until ctx ends, and reports Ready again
-// after the node lifecycle controller marked the node unknown (a
-// restarted node).
-func (k *kubelet) heartbeat(ctx context.Context, done chan struct{}) {
-	defer close(done)
-	// register has just written the Lease. Renew a period later, with
-	// a little jitter so that nodes registered together drift apart.
-	jitter := time.Duration(rand.Int64N(int64(k.renewEvery / 10)))
-	select {
-	case <-ctx.Done():
-		return
-	case <-time.After(k.renewEvery + jitter):
-	}
-	t := time.NewTicker(k.renewEvery)
-	defer t.Stop()
-	for {
-		_ = k.renewLease(ctx)
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
-}
-
 // stopped reports whether the node's agent is not running.
 func (k *kubelet) stopped() bool {
 	k.mu.Lock()
-	done := k.done
-	k.mu.Unlock()
-	if done == nil {
-		return true
-	}
-	select {
-	case <-done:
-		return true
-	default:
-		return false
-	}
+	defer k.mu.Unlock()
+	return !k.active
 }
 
 // start runs the heartbeat until parent ends or stop is called.
+// register has just written the Lease: the first renewal is a period
+// later, with a little jitter so that nodes registered together drift
+// apart.
 func (k *kubelet) start(parent context.Context) {
 	ctx, cancel := context.WithCancel(parent)
-	done := make(chan struct{})
+	jitter := time.Duration(rand.Int64N(int64(k.renewEvery/10) + 1))
 	k.mu.Lock()
-	k.cancel, k.done = cancel, done
-	k.mu.Unlock()
-	go k.heartbeat(ctx, done)
+	defer k.mu.Unlock()
+	k.active, k.cancel = true, cancel
+	k.timer = time.AfterFunc(k.renewEvery+jitter, func() { k.heartbeat(ctx) })
 }
 
-// stop ends the heartbeat and waits for it: the node falls silent, as a
-// machine that lost power.
+// heartbeat renews the Lease once and sets the next renewal.
+func (k *kubelet) heartbeat(ctx context.Context) {
+	k.beat.Lock()
+	defer k.beat.Unlock()
+	if k.stopped() || ctx.Err() != nil {
+		return
+	}
+	_ = k.renewLease(ctx)
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.active {
+		k.timer.Reset(k.renewEvery)
+	}
+}
+
+// stop ends the heartbeat and waits for a renewal on its way: the node
+// falls silent, as a machine that lost power, and its connection closes.
 func (k *kubelet) stop() {
 	k.mu.Lock()
-	cancel, done := k.cancel, k.done
+	if !k.active {
+		k.mu.Unlock()
+		return
+	}
+	k.active = false
+	k.timer.Stop()
+	k.cancel()
 	k.mu.Unlock()
-	if cancel != nil {
-		cancel()
-		<-done
+	k.beat.Lock()
+	//lint:ignore SA2001 waiting for a renewal in flight is the point.
+	k.beat.Unlock()
+	if k.closeIdle != nil {
+		k.closeIdle()
 	}
 }
 

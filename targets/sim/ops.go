@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"strings"
 	"sync"
 	"time"
@@ -304,16 +305,16 @@ func (s *Sim) StartNode(ctx context.Context, name string) error {
 }
 
 func (s *Sim) node(name string) (ir.Node, bool) {
-	for _, n := range s.cluster.Nodes {
-		if n.Name == name {
-			return n, true
-		}
+	i, ok := s.index[name]
+	if !ok {
+		return ir.Node{}, false
 	}
-	return ir.Node{}, false
+	return s.cluster.Nodes[i], true
 }
 
 // Stop shuts everything down and waits for it: no listener is left.
 func (s *Sim) Stop() {
+	start := time.Now()
 	s.mu.Lock()
 	var kubelets []*kubelet
 	for _, k := range s.kubelets {
@@ -346,15 +347,21 @@ func (s *Sim) Stop() {
 	}
 	s.cancel()
 	s.wg.Wait()
+	// The whole cluster goes at once, as machines that lose power: a
+	// member does not hand its leadership over first (to a member that
+	// is stopping too, which waits out etcd's request timeout).
 	s.mu.Lock()
-	var members []string
-	for m := range s.etcd {
-		members = append(members, m)
-	}
+	members := maps.Clone(s.etcd)
 	s.mu.Unlock()
-	for _, m := range members {
-		_ = s.StopEtcd(m)
+	var wg sync.WaitGroup
+	for m, e := range members {
+		wg.Go(func() {
+			e.Server.HardStop()
+			_ = s.StopEtcd(m)
+		})
 	}
+	wg.Wait()
+	s.progress("stopped (%s)", time.Since(start).Round(time.Millisecond))
 }
 
 func rank(key string) int {

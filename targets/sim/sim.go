@@ -11,11 +11,16 @@ package sim
 
 import (
 	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net"
+	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -65,8 +70,10 @@ type Options struct {
 type Sim struct {
 	opts    Options
 	cluster *ir.Cluster
-	addrs   *AddressMap
-	tree    *targets.Tree
+	// index finds a node of cluster by name.
+	index map[string]int
+	addrs *AddressMap
+	tree  *targets.Tree
 	// layout is how the trees were asked for: under the work directory,
 	// on the nodes' own addresses.
 	layout systemd.Options
@@ -88,6 +95,11 @@ type Sim struct {
 	// renewEvery is how often the kubelets renew their Leases.
 	renewEvery time.Duration
 	wg         sync.WaitGroup
+	// chains is the kubelets' shared verdict on server certificates.
+	chains chainCache
+	// prepared is how long issuing the PKI and laying out the trees
+	// took, before the first etcd member started.
+	prepared time.Duration
 }
 
 // component is one running control-plane process of a node.
@@ -118,8 +130,53 @@ func Start(ctx context.Context, c *ir.Cluster, b *pki.Bundle, opts Options) (*Si
 	if opts.Block < 1 || opts.Block > MaxBlock {
 		return nil, fmt.Errorf("loopback block %d is outside 1-%d", opts.Block, MaxBlock)
 	}
+	began := time.Now()
+	p, err := prepare(c, b, opts)
+	if err != nil {
+		return nil, err
+	}
+	s := &Sim{opts: opts, cluster: p.cluster, index: p.index, addrs: p.addrs, tree: p.tree, layout: p.layout,
+		etcd: map[string]*embed.Etcd{}, components: map[string]*component{}, kubelets: map[string]*kubelet{},
+		chains: chainCache{ok: map[[sha256.Size]byte]bool{}}, prepared: time.Since(began)}
+	s.progress("prepared: certificates and trees of %d nodes (%s)", len(p.cluster.Nodes), s.prepared.Round(time.Millisecond))
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	if err := s.boot(ctx); err != nil {
+		s.Stop()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Prepared is how long Start spent issuing the PKI and laying out the
+// trees before the first etcd member started.
+func (s *Sim) Prepared() time.Duration { return s.prepared }
+
+// preparation is what a simulation runs: the cluster on its loopback
+// addresses, its compiled trees and how they were laid out.
+type preparation struct {
+	cluster *ir.Cluster
+	index   map[string]int
+	addrs   *AddressMap
+	tree    *targets.Tree
+	layout  systemd.Options
+}
+
+// prepare issues the PKI for the loopback addresses, builds the trees
+// and writes what real processes read to the work directory.
+func prepare(c *ir.Cluster, b *pki.Bundle, opts Options) (*preparation, error) {
 	mapped, addrs := Remap(c, opts.Block)
-	m, err := pki.Issue(mapped, b)
+	// Nodes running etcd or the control plane get their whole compiled
+	// trees; a node that is only a simulated kubelet gets its kubelet's
+	// client certificate and kubeconfig, all the simulation reads of it
+	// besides its kubelet unit (NodeUnits).
+	index := nodeIndex(mapped)
+	var certs []pki.Cert
+	for _, cert := range pki.Catalogue(mapped) {
+		if cert.Node == "" || runsProcesses(mapped.Nodes[index[cert.Node]]) || cert.Name == "kubelet-client" {
+			certs = append(certs, cert)
+		}
+	}
+	m, err := pki.IssueCerts(mapped, b, certs)
 	if err != nil {
 		return nil, err
 	}
@@ -132,6 +189,7 @@ func Start(ctx context.Context, c *ir.Cluster, b *pki.Bundle, opts Options) (*Si
 		return nil, fmt.Errorf("workdir %s holds a previous simulation; give an empty one", work)
 	}
 	sdOpts := layout(treeDir, addrs)
+	sdOpts.Trees = runsProcesses
 	tree, err := systemd.Build(m, sdOpts)
 	if err != nil {
 		return nil, err
@@ -146,14 +204,16 @@ func Start(ctx context.Context, c *ir.Cluster, b *pki.Bundle, opts Options) (*Si
 	if err := os.WriteFile(filepath.Join(work, AdminKubeconfig), admin.Data, 0o600); err != nil {
 		return nil, err
 	}
-	s := &Sim{opts: opts, cluster: mapped, addrs: addrs, tree: tree, layout: sdOpts,
-		etcd: map[string]*embed.Etcd{}, components: map[string]*component{}, kubelets: map[string]*kubelet{}}
-	s.ctx, s.cancel = context.WithCancel(context.Background())
-	if err := s.boot(ctx); err != nil {
-		s.Stop()
-		return nil, err
+	return &preparation{cluster: mapped, index: index, addrs: addrs, tree: tree, layout: sdOpts}, nil
+}
+
+// nodeIndex maps node names to their positions in c.Nodes.
+func nodeIndex(c *ir.Cluster) map[string]int {
+	index := make(map[string]int, len(c.Nodes))
+	for i, n := range c.Nodes {
+		index[n.Name] = i
 	}
-	return s, nil
+	return index
 }
 
 // LogTo sends the components' logs (klog, process-wide) to w instead of
@@ -175,11 +235,13 @@ func (s *Sim) progress(format string, args ...any) {
 }
 
 // raiseFileLimit makes room for the connections of a whole cluster in
-// one process: each kubelet's connection is two descriptors (its end and
-// the API server's), plus the control plane's. The limit is
-// process-wide; the simulation owns the process.
+// one process. A simulated kubelet holds a connection only while it
+// talks to the API and kubeletIdle after (each is two descriptors, its
+// end and the API server's): at the fleet's renewal rate, a few hundred
+// are open at a time; a connection per node and a half is the margin.
+// The limit is process-wide; the simulation owns the process.
 func raiseFileLimit(nodes int) error {
-	need := uint64(nodes*2 + 4096)
+	need := uint64(nodes/2 + 4096)
 	var lim syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
 		return err
@@ -202,15 +264,21 @@ func raiseFileLimit(nodes int) error {
 	return nil
 }
 
+// runsProcesses says whether a node runs real processes in the
+// simulation (etcd or the control plane) rather than only a simulated
+// kubelet.
+func runsProcesses(n ir.Node) bool {
+	return n.Runs(ir.ComponentEtcd) || n.Runs(ir.ComponentAPIServer)
+}
+
 // processTree is the part of the compiled tree that real processes read
 // from disk: the cluster files and the nodes running etcd or the control
-// plane. Simulated kubelets take their flags and credentials from the
-// tree in memory; writing 5,000 workers' files would cost more than
-// booting the cluster.
+// plane. Simulated kubelets take their credentials from the tree in
+// memory.
 func processTree(c *ir.Cluster, tree *targets.Tree) *targets.Tree {
 	keep := map[string]bool{}
 	for _, n := range c.Nodes {
-		if n.Runs(ir.ComponentEtcd) || n.Runs(ir.ComponentAPIServer) {
+		if runsProcesses(n) {
 			keep[n.Name] = true
 		}
 	}
@@ -697,10 +765,9 @@ func (s *Sim) newKubelet(n ir.Node) (*kubelet, error) {
 		return nil, err
 	}
 	cfg.QPS, cfg.Burst = 20, 40
-	cfg.Dial = s.lb.DialContext
 	// The kubelet's --kube-api-content-type defaults to protobuf.
 	cfg = protobuf(cfg)
-	hc, err := rest.HTTPClientFor(cfg)
+	hc, closeIdle, err := kubeletClient(cfg, &s.chains, s.lb.DialContext)
 	if err != nil {
 		return nil, err
 	}
@@ -714,7 +781,103 @@ func (s *Sim) newKubelet(n ir.Node) (*kubelet, error) {
 	}
 	return &kubelet{name: n.Name, addr: s.addrs.Nodes[n.Name], version: n.KubeletVersion, labels: labels, taints: taints,
 		cpu: n.Capacity.CPU, memory: n.Capacity.Memory, maxPods: n.Capacity.MaxPods, core: core, coordination: coordination, renewEvery: s.renewEvery,
-		running: map[types.UID]bool{}}, nil
+		running: map[types.UID]bool{}, closeIdle: closeIdle}, nil
+}
+
+// kubeletIdle is how long a simulated kubelet keeps its connection to
+// the API open without a request. A real kubelet holds one for its
+// watches; the simulated ones watch nothing (one watch serves the whole
+// fleet), and thousands of open connections, each with its buffers and
+// goroutines at both ends, would be most of the simulation's memory.
+const kubeletIdle = 2 * time.Second
+
+// kubeletClient is the HTTP client of one simulated kubelet: its own
+// credentials and its own TLS session cache, so that a renewal resumes
+// the node's session (no certificate is sent or verified again) instead
+// of a full handshake, while no node ever presents another's identity.
+// What the fleet shares is the verdict on the API servers' certificates
+// (chains) and the key exchange: X25519 alone, as the hybrid
+// post-quantum exchange Go offers first costs more CPU than the rest of
+// a handshake, and 5,000 nodes connect at once.
+func kubeletClient(cfg *rest.Config, chains *chainCache, dial func(ctx context.Context, network, addr string) (net.Conn, error)) (*http.Client, func(), error) {
+	tlsCfg, err := rest.TLSConfigFor(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	if tlsCfg == nil {
+		return nil, nil, fmt.Errorf("kcompile bug: the kubelet's API server %s is not reached over TLS", cfg.Host)
+	}
+	tlsCfg.ClientSessionCache = tls.NewLRUClientSessionCache(1)
+	tlsCfg.CurvePreferences = []tls.CurveID{tls.X25519}
+	roots, name := tlsCfg.RootCAs, tlsCfg.ServerName
+	if name == "" {
+		u, err := url.Parse(cfg.Host)
+		if err != nil {
+			return nil, nil, err
+		}
+		name = u.Hostname()
+	}
+	// The chain is verified below, through the shared cache, on every
+	// connection (resumed ones too), with the same roots and name.
+	tlsCfg.InsecureSkipVerify = true
+	tlsCfg.VerifyConnection = func(cs tls.ConnectionState) error {
+		return chains.verify(string(cfg.CAData)+"\x00"+cfg.CAFile, roots, name, cs.PeerCertificates)
+	}
+	tr := &http.Transport{
+		DialContext:         dial,
+		TLSClientConfig:     tlsCfg,
+		ForceAttemptHTTP2:   true,
+		TLSHandshakeTimeout: 10 * time.Second,
+		IdleConnTimeout:     kubeletIdle,
+		MaxIdleConnsPerHost: 1,
+	}
+	rt, err := rest.HTTPWrappersForConfig(cfg, tr)
+	if err != nil {
+		return nil, nil, err
+	}
+	return &http.Client{Transport: rt}, tr.CloseIdleConnections, nil
+}
+
+// chainCache remembers which server certificates verified against which
+// roots for which name, so that thousands of kubelets trusting the same
+// CA verify each API server's certificate once.
+type chainCache struct {
+	mu sync.Mutex
+	ok map[[sha256.Size]byte]bool
+}
+
+// ca names the roots (their PEM, or their file).
+func (c *chainCache) verify(ca string, roots *x509.CertPool, name string, certs []*x509.Certificate) error {
+	if len(certs) == 0 {
+		return errors.New("the server sent no certificate")
+	}
+	h := sha256.New()
+	for _, b := range []string{ca, name} {
+		h.Write([]byte(b))
+		h.Write([]byte{0})
+	}
+	for _, cert := range certs {
+		h.Write(cert.Raw)
+	}
+	var key [sha256.Size]byte
+	h.Sum(key[:0])
+	c.mu.Lock()
+	known := c.ok[key]
+	c.mu.Unlock()
+	if known {
+		return nil
+	}
+	inter := x509.NewCertPool()
+	for _, cert := range certs[1:] {
+		inter.AddCert(cert)
+	}
+	if _, err := certs[0].Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, DNSName: name}); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.ok[key] = true
+	c.mu.Unlock()
+	return nil
 }
 
 // runKubelet starts a registered kubelet's heartbeat.

@@ -38,6 +38,9 @@ func nodeFiles(m *pki.Material, tree *targets.Tree, rc *renderCache, opts Option
 		return err
 	}
 	for _, n := range c.Nodes {
+		if opts.Trees != nil && !opts.Trees(n) {
+			continue
+		}
 		l := opts.layout(n)
 		add := func(p string, data []byte, mode uint32) error {
 			return tree.Add(targets.NodePath(n.Name, p), data, fileMode(mode))

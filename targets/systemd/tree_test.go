@@ -70,7 +70,7 @@ func TestVerifyCatchesInconsistency(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	err = verify(bad, c, newRenderCache())
+	err = verify(bad, c, newRenderCache(), nil)
 	if err == nil {
 		t.Fatal("an inconsistent tree verified")
 	}

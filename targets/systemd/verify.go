@@ -30,7 +30,7 @@ import (
 // and checks that values shared by several components are one value. A
 // failure is a compiler bug: the spec was checked before the tree was
 // built.
-func verify(tree *targets.Tree, c *ir.Cluster, rc *renderCache) error {
+func verify(tree *targets.Tree, c *ir.Cluster, rc *renderCache, unverified map[string]bool) error {
 	var errs []error
 	fail := func(p string, err error) { errs = append(errs, fmt.Errorf("%s: %w", p, err)) }
 	flags := map[string][]string{} // flag=value seen per flag name, across units
@@ -124,6 +124,11 @@ func verify(tree *targets.Tree, c *ir.Cluster, rc *renderCache) error {
 			}
 		case strings.HasSuffix(p, ".conf") && strings.Contains(p, "/etc/kubernetes/") || strings.HasSuffix(p, "kubeconfig") ||
 			strings.HasSuffix(p, "kubeconfig.conf") || strings.HasPrefix(p, "cluster/") && strings.HasSuffix(p, ".conf"):
+			if rest, ok := strings.CutPrefix(p, "nodes/"); ok {
+				if node, _, _ := strings.Cut(rest, "/"); unverified[node] {
+					continue
+				}
+			}
 			kubeconfigs = append(kubeconfigs, f)
 		}
 	}
