@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"k8s.io/client-go/rest"
 )
 
 // testCA is a CA with a server certificate for api.example and
@@ -77,5 +79,29 @@ func TestChainCache(t *testing.T) {
 	}
 	if len(c.ok) != 2 {
 		t.Errorf("%d verdicts remembered after failures, want 2", len(c.ok))
+	}
+}
+
+// TestChainCacheRoots: kubelets trusting one CA share one parsed pool;
+// a configuration without a CA certificate is refused.
+func TestChainCacheRoots(t *testing.T) {
+	caPEM, _, server := testCA(t, "cluster-ca")
+	otherPEM, _, _ := testCA(t, "other-ca")
+	var c chainCache
+	c.ok = map[[sha256.Size]byte]bool{}
+	ca1, pool1, err1 := c.roots(&rest.Config{Host: "https://127.0.0.2:6443", TLSClientConfig: rest.TLSClientConfig{CAData: []byte(caPEM)}})
+	ca2, pool2, err2 := c.roots(&rest.Config{Host: "https://127.0.0.2:6443", TLSClientConfig: rest.TLSClientConfig{CAData: []byte(caPEM)}})
+	_, pool3, err3 := c.roots(&rest.Config{Host: "https://127.0.0.2:6443", TLSClientConfig: rest.TLSClientConfig{CAData: []byte(otherPEM)}})
+	if err1 != nil || err2 != nil || err3 != nil {
+		t.Fatal(err1, err2, err3)
+	}
+	if ca1 != ca2 || pool1 != pool2 || pool1 == pool3 {
+		t.Error("one CA is not one pool, or two CAs share one")
+	}
+	if err := c.verify(ca1, pool1, "api.example", []*x509.Certificate{server}); err != nil {
+		t.Errorf("the shared pool does not verify its CA's server: %v", err)
+	}
+	if _, _, err := c.roots(&rest.Config{Host: "https://127.0.0.2:6443", TLSClientConfig: rest.TLSClientConfig{CAData: []byte("not a certificate")}}); err == nil {
+		t.Error("a kubeconfig without a CA certificate was accepted")
 	}
 }

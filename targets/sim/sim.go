@@ -400,6 +400,9 @@ func protobuf(cfg *rest.Config) *rest.Config {
 func (s *Sim) watchNodes(ctx context.Context) error {
 	s.informers = informers.NewSharedInformerFactory(s.adminCS, 0)
 	nodes := s.informers.Core().V1().Nodes()
+	if err := nodes.Informer().SetTransform(trimNode); err != nil {
+		return err
+	}
 	if _, err := nodes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { s.nodeChanged(obj) },
 		UpdateFunc: func(_, obj any) { s.nodeChanged(obj) },
@@ -414,6 +417,24 @@ func (s *Sim) watchNodes(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// trimNode keeps of a Node what the simulation reads from its cache
+// (name, pod range, Ready): thousands of whole Nodes are tens of
+// megabytes.
+func trimNode(obj any) (any, error) {
+	n, ok := obj.(*corev1.Node)
+	if !ok {
+		return obj, nil
+	}
+	out := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name, UID: n.UID, ResourceVersion: n.ResourceVersion},
+		Spec: corev1.NodeSpec{PodCIDR: n.Spec.PodCIDR}}
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			out.Status.Conditions = []corev1.NodeCondition{{Type: c.Type, Status: c.Status}}
+		}
+	}
+	return out, nil
 }
 
 // waitFor polls cond until it holds, ctx ends or timeout passes.
@@ -800,7 +821,14 @@ const kubeletIdle = 2 * time.Second
 // post-quantum exchange Go offers first costs more CPU than the rest of
 // a handshake, and 5,000 nodes connect at once.
 func kubeletClient(cfg *rest.Config, chains *chainCache, dial func(ctx context.Context, network, addr string) (net.Conn, error)) (*http.Client, func(), error) {
-	tlsCfg, err := rest.TLSConfigFor(cfg)
+	// The CA is parsed once for the fleet (roots), not once per node.
+	ca, roots, err := chains.roots(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	own := rest.CopyConfig(cfg)
+	own.CAData, own.CAFile = nil, ""
+	tlsCfg, err := rest.TLSConfigFor(own)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -809,7 +837,7 @@ func kubeletClient(cfg *rest.Config, chains *chainCache, dial func(ctx context.C
 	}
 	tlsCfg.ClientSessionCache = tls.NewLRUClientSessionCache(1)
 	tlsCfg.CurvePreferences = []tls.CurveID{tls.X25519}
-	roots, name := tlsCfg.RootCAs, tlsCfg.ServerName
+	name := tlsCfg.ServerName
 	if name == "" {
 		u, err := url.Parse(cfg.Host)
 		if err != nil {
@@ -821,7 +849,7 @@ func kubeletClient(cfg *rest.Config, chains *chainCache, dial func(ctx context.C
 	// connection (resumed ones too), with the same roots and name.
 	tlsCfg.InsecureSkipVerify = true
 	tlsCfg.VerifyConnection = func(cs tls.ConnectionState) error {
-		return chains.verify(string(cfg.CAData)+"\x00"+cfg.CAFile, roots, name, cs.PeerCertificates)
+		return chains.verify(ca, roots, name, cs.PeerCertificates)
 	}
 	tr := &http.Transport{
 		DialContext:         dial,
@@ -844,6 +872,35 @@ func kubeletClient(cfg *rest.Config, chains *chainCache, dial func(ctx context.C
 type chainCache struct {
 	mu sync.Mutex
 	ok map[[sha256.Size]byte]bool
+	// pools are the parsed CAs, by ca (see verify).
+	pools map[string]*x509.CertPool
+}
+
+// roots is the CA a client configuration trusts, parsed once, and the
+// name verify knows it by: its PEM or its file.
+func (c *chainCache) roots(cfg *rest.Config) (string, *x509.CertPool, error) {
+	ca := string(cfg.CAData) + "\x00" + cfg.CAFile
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if pool, ok := c.pools[ca]; ok {
+		return ca, pool, nil
+	}
+	data := cfg.CAData
+	if len(data) == 0 && cfg.CAFile != "" {
+		var err error
+		if data, err = os.ReadFile(cfg.CAFile); err != nil {
+			return "", nil, err
+		}
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(data) {
+		return "", nil, fmt.Errorf("the kubeconfig of %s has no CA certificate", cfg.Host)
+	}
+	if c.pools == nil {
+		c.pools = map[string]*x509.CertPool{}
+	}
+	c.pools[ca] = pool
+	return ca, pool, nil
 }
 
 // ca names the roots (their PEM, or their file).
