@@ -229,6 +229,12 @@ func (k *kubelet) start(parent context.Context) {
 	jitter := time.Duration(rand.Int64N(int64(k.renewEvery/10) + 1))
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	if k.active {
+		// Started again while running (a node started that was not
+		// stopped): one heartbeat, the new one.
+		k.timer.Stop()
+		k.cancel()
+	}
 	k.active, k.cancel = true, cancel
 	k.timer = time.AfterFunc(k.renewEvery+jitter, func() { k.heartbeat(ctx) })
 }
