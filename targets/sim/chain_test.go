@@ -4,7 +4,6 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
-	"crypto/sha256"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
@@ -56,7 +55,7 @@ func testCA(t *testing.T, name string) (caPEM string, roots *x509.CertPool, serv
 func TestChainCache(t *testing.T) {
 	caPEM, roots, server := testCA(t, "cluster-ca")
 	otherPEM, otherRoots, _ := testCA(t, "other-ca")
-	c := chainCache{ok: map[[sha256.Size]byte]bool{}}
+	var c chainCache
 	certs := []*x509.Certificate{server}
 	for _, name := range []string{"api.example", "127.0.0.2", "api.example"} {
 		if err := c.verify(caPEM, roots, name, certs); err != nil {
@@ -88,7 +87,6 @@ func TestChainCacheRoots(t *testing.T) {
 	caPEM, _, server := testCA(t, "cluster-ca")
 	otherPEM, _, _ := testCA(t, "other-ca")
 	var c chainCache
-	c.ok = map[[sha256.Size]byte]bool{}
 	ca1, pool1, err1 := c.roots(&rest.Config{Host: "https://127.0.0.2:6443", TLSClientConfig: rest.TLSClientConfig{CAData: []byte(caPEM)}})
 	ca2, pool2, err2 := c.roots(&rest.Config{Host: "https://127.0.0.2:6443", TLSClientConfig: rest.TLSClientConfig{CAData: []byte(caPEM)}})
 	_, pool3, err3 := c.roots(&rest.Config{Host: "https://127.0.0.2:6443", TLSClientConfig: rest.TLSClientConfig{CAData: []byte(otherPEM)}})

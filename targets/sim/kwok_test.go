@@ -123,15 +123,6 @@ func countReady(ctx context.Context, cfg *rest.Config, want int) error {
 	}
 }
 
-func nodeReady(n *corev1.Node) bool {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
 // bootKWOK creates a KWOK cluster in a temporary work directory (its
 // kubeconfig too: the user's is not touched), scales it to nodes fake
 // nodes, and deletes it. It returns the time from the start of the

@@ -196,10 +196,8 @@ func (s *Sim) Status(ctx context.Context) (Status, error) {
 	}
 	st.Registered = len(list)
 	for _, n := range list {
-		for _, c := range n.Status.Conditions {
-			if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
-				st.Ready++
-			}
+		if nodeReady(n) {
+			st.Ready++
 		}
 	}
 	return st, nil

@@ -256,10 +256,8 @@ func (s *Sim) expect(ctx context.Context, cs kubernetes.Interface, e *ir.Expect)
 				return false
 			}
 			got = "NotReady"
-			for _, c := range n.Status.Conditions {
-				if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
-					got = "Ready"
-				}
+			if nodeReady(n) {
+				got = "Ready"
 			}
 			return got == want
 		})

@@ -137,7 +137,7 @@ func Start(ctx context.Context, c *ir.Cluster, b *pki.Bundle, opts Options) (*Si
 	}
 	s := &Sim{opts: opts, cluster: p.cluster, index: p.index, addrs: p.addrs, tree: p.tree, layout: p.layout,
 		etcd: map[string]*embed.Etcd{}, components: map[string]*component{}, kubelets: map[string]*kubelet{},
-		chains: chainCache{ok: map[[sha256.Size]byte]bool{}}, prepared: time.Since(began)}
+		prepared: time.Since(began)}
 	s.progress("prepared: certificates and trees of %d nodes (%s)", len(p.cluster.Nodes), s.prepared.Round(time.Millisecond))
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	if err := s.boot(ctx); err != nil {
@@ -932,6 +932,9 @@ func (c *chainCache) verify(ca string, roots *x509.CertPool, name string, certs 
 		return err
 	}
 	c.mu.Lock()
+	if c.ok == nil {
+		c.ok = map[[sha256.Size]byte]bool{}
+	}
 	c.ok[key] = true
 	c.mu.Unlock()
 	return nil
@@ -998,15 +1001,19 @@ func (s *Sim) nodeChanged(obj any) {
 	// The node lifecycle controller marks a node whose Lease went stale
 	// Unknown; a running kubelet reports Ready again, as a real one does
 	// on its next status update.
-	ready := false
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
-			ready = true
-		}
-	}
-	if !ready && !k.stopped() {
+	if !nodeReady(n) && !k.stopped() {
 		go k.reportReady(s.ctx)
 	}
+}
+
+// nodeReady says whether a Node's Ready condition is True.
+func nodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }
 
 // syncPod hands a pod to its node's kubelet; false asks for a retry.
