@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/kcompile/kcompile/compiler/ir"
+	"github.com/kcompile/kcompile/compiler/zones"
 )
 
 // facts mirrors #Facts (schema/v1alpha1/policy.cue) field by field; the
@@ -58,14 +59,6 @@ func deriveFacts(c *ir.Cluster, profile string) facts {
 	f.Zones = map[string]*zoneFacts{}
 	f.RacksSharedByEtcdAndWorkers = []string{}
 	f.OperatingSystems = []string{}
-	zone := func(z string) *zoneFacts {
-		if f.Zones[z] == nil {
-			f.Zones[z] = &zoneFacts{}
-		}
-		return f.Zones[z]
-	}
-	workerCPU := map[string]int{}
-	total := 0
 	workerRacks := map[string]bool{}
 	for _, n := range c.Nodes {
 		f.Nodes.Total++
@@ -77,15 +70,8 @@ func deriveFacts(c *ir.Cluster, profile string) facts {
 		case ir.RoleEtcd:
 			f.Nodes.Etcd++
 		}
-		z := zone(n.Zone)
-		z.Nodes++
-		if n.Role == ir.RoleWorker {
-			z.Workers++
-			workerCPU[n.Zone] += n.Capacity.CPU
-			total += n.Capacity.CPU
-			if n.Rack != "" {
-				workerRacks[n.Rack] = true
-			}
+		if n.Role == ir.RoleWorker && n.Rack != "" {
+			workerRacks[n.Rack] = true
 		}
 		if !slices.Contains(f.OperatingSystems, string(n.OS)) {
 			f.OperatingSystems = append(f.OperatingSystems, string(n.OS))
@@ -93,15 +79,15 @@ func deriveFacts(c *ir.Cluster, profile string) facts {
 	}
 	sort.Strings(f.OperatingSystems)
 	ms := c.Etcd.Members
+	domains := zones.Of(c)
 	f.Etcd.Topology = c.Etcd.Topology
-	f.Etcd.Members = len(ms)
-	if len(ms) > 0 {
-		f.Etcd.Quorum = quorum(len(ms))
-		f.Etcd.Tolerates = len(ms) - f.Etcd.Quorum
+	f.Etcd.Members, f.Etcd.Quorum, f.Etcd.Tolerates = domains.Members, domains.Quorum, domains.Tolerates
+	for _, z := range domains.Zones {
+		f.Zones[z.Name] = &zoneFacts{Nodes: z.Nodes, Workers: z.Workers, EtcdMembers: z.EtcdMembers,
+			EtcdQuorumAfterLoss: z.EtcdQuorumAfterLoss, WorkerCapacityLostPercent: z.WorkerCapacityLostPercent}
 	}
 	inZone, inRack := map[string]int{}, map[string]int{}
 	for _, m := range ms {
-		zone(m.Zone).EtcdMembers++
 		if m.Zone != "" {
 			inZone[m.Zone]++
 		}
@@ -129,12 +115,6 @@ func deriveFacts(c *ir.Cluster, profile string) facts {
 	}
 	f.Etcd.QuorumSurvivesZoneLoss = survives(inZone, func(m ir.EtcdMember) string { return m.Zone })
 	f.Etcd.QuorumSurvivesRackLoss = survives(inRack, func(m ir.EtcdMember) string { return m.Rack })
-	for name, z := range f.Zones {
-		z.EtcdQuorumAfterLoss = len(ms) > 0 && len(ms)-z.EtcdMembers >= f.Etcd.Quorum
-		if total > 0 {
-			z.WorkerCapacityLostPercent = (workerCPU[name]*100 + total - 1) / total
-		}
-	}
 	day := 24 * time.Hour
 	f.Certificates.KeyAlgorithm = c.PKI.KeyAlgorithm
 	f.Certificates.CAValidityDays = int(c.PKI.CAValidity / day)

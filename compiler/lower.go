@@ -51,7 +51,7 @@ func lower(m *model) *ir.Cluster {
 
 	c.Endpoint = lowerEndpoint(m)
 	derive("controlPlane.endpoint.url", c.Endpoint.URL, endpointSource(m))
-	derive("controlPlane.endpoint.served", endpointServed(c.Endpoint), endpointModeSource(m))
+	derive("controlPlane.endpoint.served", c.Endpoint.Served(), endpointModeSource(m))
 
 	members := m.etcdMembers()
 	onNode := map[string]bool{}
@@ -195,19 +195,6 @@ func lowerEndpoint(m *model) ir.Endpoint {
 	}
 	e.URL = "https://" + net.JoinHostPort(e.Host, strconv.Itoa(e.Port))
 	return e
-}
-
-// endpointServed says in words what serves the endpoint.
-func endpointServed(e ir.Endpoint) string {
-	switch e.Mode {
-	case ir.EndpointVIP:
-		return fmt.Sprintf("by the control-plane nodes: keepalived (VRRP router %d) moves %s between them, HAProxy balances to every ready API server", e.RouterID, e.Host)
-	case ir.EndpointNodeLocal:
-		return fmt.Sprintf("on every node by HAProxy on 127.0.0.1:%d, balancing to every ready API server; %s by what is outside the spec", e.LocalPort, e.Host)
-	case ir.EndpointNode:
-		return "by the only control-plane node's API server"
-	}
-	return "outside the spec (a load balancer or DNS in front of the API servers)"
 }
 
 func endpointModeSource(m *model) string {

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/kcompile/kcompile/picture"
 	"github.com/kcompile/kcompile/targets"
 	"github.com/kcompile/kcompile/targets/cloudinit"
 	"github.com/kcompile/kcompile/targets/ignition"
@@ -69,6 +70,10 @@ type Report struct {
 	// Endpoint is the API endpoint and what serves it, when that
 	// changed.
 	Endpoint *EndpointChange `json:"endpoint,omitempty"`
+	// Topology is what the change does to the cluster's shape (nodes
+	// added, removed, moved between zones or changed; endpoint; etcd),
+	// drawn above the Markdown summary; nil when it does nothing to it.
+	Topology *picture.Change `json:"topology,omitempty"`
 	Notes    []string        `json:"notes,omitempty"`
 	// Steps are what the change needs beyond its restarts, in order, for
 	// settings a restart does not apply.
@@ -107,6 +112,9 @@ type Side struct {
 	// Violations are the organisation policies the side breaks; nil when
 	// no policy was checked.
 	Violations []Violation
+	// Topology is the compiled cluster's shape, for the picture of what
+	// the change touches; nil when the side is a bare tree.
+	Topology *picture.Topology
 }
 
 // EndpointChange is the API endpoint before and after.
@@ -163,6 +171,17 @@ func Compare(base, head Side, opts Options) *Report {
 		r.Notes = append(r.Notes, r.Etcd.notes(r.Nodes)...)
 	}
 	r.Steps = effects(base, head, r.Etcd)
+	if base.Topology != nil && head.Topology != nil {
+		changed := map[string]string{}
+		for _, n := range r.Nodes {
+			if n.Status == Modified {
+				changed[n.Node] = n.effect()
+			}
+		}
+		if c := picture.Compare(base.Topology, head.Topology, changed); !c.Empty() {
+			r.Topology = c
+		}
+	}
 	if base.Violations != nil && head.Violations != nil {
 		r.PoliciesChecked = true
 		r.Policies = comparePolicies(base.Violations, head.Violations)

@@ -39,6 +39,35 @@ func (r *Report) summaryLines() []string {
 	return out
 }
 
+// effect is what a modified node's new files do to it, in a few words,
+// for the picture.
+func (n NodeChange) effect() string {
+	var parts []string
+	if n.Reprovision {
+		parts = append(parts, "reprovision")
+	}
+	short := func(units []string) string {
+		out := make([]string, len(units))
+		for i, u := range units {
+			out[i] = strings.TrimSuffix(u, ".service")
+		}
+		return strings.Join(out, ", ")
+	}
+	if len(n.Restarts) > 0 {
+		parts = append(parts, "restarts "+short(n.Restarts))
+	}
+	if len(n.Starts) > 0 {
+		parts = append(parts, "starts "+short(n.Starts))
+	}
+	if len(n.Stops) > 0 {
+		parts = append(parts, "stops "+short(n.Stops))
+	}
+	if len(parts) == 0 {
+		return "files changed, nothing restarts"
+	}
+	return strings.Join(parts, "; ")
+}
+
 // nodeLine summarises one node: files changed and services affected.
 func nodeLine(n NodeChange) string {
 	s := fmt.Sprintf("%s: %s, %d file%s", n.Node, n.Status, n.Files, plural(n.Files))
@@ -161,6 +190,11 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 		b.WriteString("No differences.\n")
 		_, err := io.WriteString(w, b.String())
 		return err
+	}
+	if r.Topology != nil {
+		// GitHub and GitLab render a mermaid block as its picture; the
+		// picture's labels are entity-encoded, so no text ends the fence.
+		b.WriteString("```mermaid\n" + r.Topology.Mermaid() + "```\n\n")
 	}
 	for _, l := range r.summaryLines() {
 		b.WriteString("- " + mdEscape(l) + "\n")

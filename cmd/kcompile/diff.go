@@ -13,6 +13,7 @@ import (
 	"github.com/kcompile/kcompile/compiler"
 	"github.com/kcompile/kcompile/compiler/ir"
 	"github.com/kcompile/kcompile/compiler/pki"
+	"github.com/kcompile/kcompile/picture"
 	"github.com/kcompile/kcompile/pipeline"
 	"github.com/kcompile/kcompile/review"
 	"github.com/kcompile/kcompile/targets"
@@ -37,6 +38,7 @@ type diffSide struct {
 	etcd     []review.EtcdMember
 	endpoint string
 	facts    *review.Facts
+	topology *picture.Topology
 	// violations are the policies the side breaks, when --policy is
 	// given.
 	violations []review.Violation
@@ -132,8 +134,8 @@ func (c *diffCmd) compare(e *env) (*review.Report, error) {
 }
 
 func compareSides(a, b diffSide) *review.Report {
-	return review.Compare(review.Side{Label: a.label, Tree: a.tree, Etcd: a.etcd, Endpoint: a.endpoint, Facts: a.facts, Violations: a.violations},
-		review.Side{Label: b.label, Tree: b.tree, Etcd: b.etcd, Endpoint: b.endpoint, Facts: b.facts, Violations: b.violations}, review.Options{})
+	return review.Compare(review.Side{Label: a.label, Tree: a.tree, Etcd: a.etcd, Endpoint: a.endpoint, Facts: a.facts, Violations: a.violations, Topology: a.topology},
+		review.Side{Label: b.label, Tree: b.tree, Etcd: b.etcd, Endpoint: b.endpoint, Facts: b.facts, Violations: b.violations, Topology: b.topology}, review.Options{})
 }
 
 // side compiles one spec with the shared bundle and builds the target(s).
@@ -150,7 +152,7 @@ func (c *diffCmd) side(e *env, dir, label string) (diffSide, error) {
 		}
 		return diffSide{}, err
 	}
-	s := diffSide{label: label, etcd: etcdMembers(out.Cluster), endpoint: endpointOf(out.Cluster), facts: factsOf(out), tree: targets.NewTree()}
+	s := diffSide{label: label, etcd: etcdMembers(out.Cluster), endpoint: endpointOf(out.Cluster), facts: factsOf(out), topology: picture.Of(out.Cluster), tree: targets.NewTree()}
 	if len(c.Policy) > 0 {
 		if s.violations, err = violations(dir, c.Policy, c.Profile); err != nil {
 			return diffSide{}, fmt.Errorf("%s: %w", label, err)

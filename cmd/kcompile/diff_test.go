@@ -5,10 +5,13 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"encoding/pem"
+	"html"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/kcompile/kcompile/fixture"
 )
 
 // copySpec copies an example and applies string replacements to its file.
@@ -153,5 +156,34 @@ func TestDiffGolden(t *testing.T) {
 	}
 	if code, _, e := kcompile(t, "", "diff", "--golden", "../../golden/ha-stacked/systemd"); code != 2 || !strings.Contains(e, "GOLDEN OUT") {
 		t.Errorf("one argument: exit %d: %s", code, e)
+	}
+}
+
+// TestDiffMarkdownPicture diffs ha-stacked against itself with a seventh
+// worker and cp3 moved from zone c to zone b, as Markdown for a pull
+// request: the Mermaid block above the summary is what Mermaid's own CLI
+// renders, with the added worker and the moved node in it.
+func TestDiffMarkdownPicture(t *testing.T) {
+	base := copySpec(t, "ha-stacked", "cluster.cue")
+	head := copySpec(t, "ha-stacked", "cluster.cue",
+		`cp3: {address: "10.0.0.13", mac: "52:54:00:00:00:13", zone: "c"}`, `cp3: {address: "10.0.0.13", mac: "52:54:00:00:00:13", zone: "b"}`)
+	replaceIn(t, filepath.Join(head, "workers.cue"), "count:        6", "count:        7")
+	replaceIn(t, filepath.Join(head, "workers.cue"), `"52:54:00:00:01:15",`, `"52:54:00:00:01:15", "52:54:00:00:01:16",`)
+	code, out, errOut := kcompile(t, "", "diff", base, head, "-s", fixture.BundleFile(t), "-o", "markdown")
+	if code != exitProblems {
+		t.Fatalf("diff: exit %d, want %d (different)\n%s%s", code, exitProblems, out, errOut)
+	}
+	picture, summary, ok := strings.Cut(out, "```\n\n- nodes: ")
+	if !ok || !strings.Contains(picture, "```mermaid\n") {
+		t.Fatalf("no Mermaid block above the summary:\n%s", out)
+	}
+	if !strings.HasPrefix(summary, "1 added (w07), 0 removed, ") {
+		t.Errorf("summary: %s", summary)
+	}
+	svg := html.UnescapeString(fixture.Mermaid(t, out)[0])
+	for _, s := range []string{"w07", "added", "cp3", "moved here from zone c", "moved to zone b", "zone a", "zone b", "zone c"} {
+		if !strings.Contains(svg, s) {
+			t.Errorf("the rendered picture has no %q", s)
+		}
 	}
 }

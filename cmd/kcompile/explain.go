@@ -1,8 +1,10 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -11,12 +13,14 @@ import (
 	"github.com/kcompile/kcompile/compiler"
 	"github.com/kcompile/kcompile/compiler/diag"
 	"github.com/kcompile/kcompile/compiler/ir"
+	"github.com/kcompile/kcompile/picture"
 )
 
 type explainCmd struct {
-	Dir    string `arg:"" optional:"" default:"." help:"Spec directory (a CUE package)."`
-	Path   string `arg:"" optional:"" help:"Show only this path and what lies below it, e.g. network.serviceCIDR or nodes.w01."`
-	Output string `short:"o" enum:"text,json" default:"text" help:"Output format: text or json."`
+	Dir     string `arg:"" optional:"" default:"." help:"Spec directory (a CUE package)."`
+	Path    string `arg:"" optional:"" help:"Show only this path and what lies below it, e.g. network.serviceCIDR or nodes.w01."`
+	Output  string `short:"o" enum:"text,json" default:"text" help:"Output format: text or json."`
+	Picture string `enum:",svg,mermaid" default:"" placeholder:"FORMAT" help:"Instead of the values, draw the cluster: zones, nodes (large pools as one box with a count), etcd, the API endpoint, the networks and what losing each zone costs. FORMAT is svg (Graphviz) or mermaid (for Markdown)."`
 }
 
 // explained is one line of explain's output.
@@ -38,6 +42,9 @@ func (c *explainCmd) Run(e *env) error {
 			return err
 		}
 		return statusError{code: exitProblems, msg: "the spec has errors; fix them to see its effective values"}
+	}
+	if c.Picture != "" {
+		return c.draw(e, cluster)
 	}
 	var rows []explained
 	for _, s := range cluster.Settings {
@@ -63,6 +70,24 @@ func (c *explainCmd) Run(e *env) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s\n", diag.Printable(r.Path, maxShown), diag.Printable(r.Value, maxShown), diag.Printable(describeOrigin(r), maxShown))
 	}
 	return tw.Flush()
+}
+
+// draw writes the picture of the whole cluster.
+func (c *explainCmd) draw(e *env, cluster *ir.Cluster) error {
+	if c.Path != "" {
+		return statusError{code: exitUsage, msg: "--picture draws the whole cluster: leave out the path " + diag.Printable(c.Path, maxShown)}
+	}
+	t := picture.Of(cluster)
+	if c.Picture == "mermaid" {
+		_, err := io.WriteString(e.stdout, t.Mermaid())
+		return err
+	}
+	svg, err := t.SVG(context.Background())
+	if err != nil {
+		return err
+	}
+	_, err = e.stdout.Write(svg)
+	return err
 }
 
 // maxShown bounds one value in a listing.

@@ -72,6 +72,8 @@ func scriptParams(t *testing.T, dir string) testscript.Params {
 			// The directory testscript puts kcompile in, for scripts that
 			// need a PATH with nothing else on it.
 			env.Setenv("KCOMPILE_BIN", strings.SplitN(env.Getenv("PATH"), string(os.PathListSeparator), 2)[0])
+			// The examples' pictures, which picture's tests render.
+			env.Setenv("PICTURES", fixture.Path("golden/pictures"))
 			bundle, err := os.ReadFile(fixture.Path("testdata/test-secrets.json"))
 			if err != nil {
 				return err

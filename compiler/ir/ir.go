@@ -6,6 +6,7 @@
 package ir
 
 import (
+	"fmt"
 	"net"
 	"net/netip"
 	"strconv"
@@ -93,6 +94,20 @@ const (
 func (e Endpoint) NodeURL() string {
 	host, port := e.NodeHostPort()
 	return "https://" + net.JoinHostPort(host, strconv.Itoa(port))
+}
+
+// Served says in words what serves the endpoint, as kcompile explain
+// shows it (controlPlane.endpoint.served) and the pictures label it.
+func (e Endpoint) Served() string {
+	switch e.Mode {
+	case EndpointVIP:
+		return fmt.Sprintf("by the control-plane nodes: keepalived (VRRP router %d) moves %s between them, HAProxy balances to every ready API server", e.RouterID, e.Host)
+	case EndpointNodeLocal:
+		return fmt.Sprintf("on every node by HAProxy on 127.0.0.1:%d, balancing to every ready API server; %s by what is outside the spec", e.LocalPort, e.Host)
+	case EndpointNode:
+		return "by the only control-plane node's API server"
+	}
+	return "outside the spec (a load balancer or DNS in front of the API servers)"
 }
 
 // NodeHostPort is the host and port of NodeURL.

@@ -1,0 +1,100 @@
+package picture
+
+import (
+	"html"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/kcompile/kcompile/fixture"
+)
+
+// edited compiles an example with files edited by string replacements
+// (file → old, new, old, new...).
+func edited(t *testing.T, example string, edits map[string][]string) *Topology {
+	t.Helper()
+	overlay := map[string]string{}
+	for file, replace := range edits {
+		data, err := os.ReadFile(fixture.Path("examples/" + example + "/" + file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		src := string(data)
+		for i := 0; i+1 < len(replace); i += 2 {
+			if !strings.Contains(src, replace[i]) {
+				t.Fatalf("%s/%s has no %q", example, file, replace[i])
+			}
+			src = strings.ReplaceAll(src, replace[i], replace[i+1])
+		}
+		overlay[file] = src
+	}
+	return Of(fixture.Cluster(t, example, overlay))
+}
+
+// TestChangeShowsAddedAndMoved compares ha-stacked with itself plus a
+// seventh worker (zones round-robin: zone a) and cp3 moved from zone c to
+// zone b, as a pull request would: both are in the change, in Mermaid's
+// rendering too, and etcd's membership line says where the member went.
+func TestChangeShowsAddedAndMoved(t *testing.T) {
+	base := Of(fixture.Cluster(t, "ha-stacked", nil))
+	head := edited(t, "ha-stacked", map[string][]string{
+		"workers.cue": {"count:        6", "count:        7", `"52:54:00:00:01:15",`, `"52:54:00:00:01:15", "52:54:00:00:01:16",`},
+		"cluster.cue": {`cp3: {address: "10.0.0.13", mac: "52:54:00:00:00:13", zone: "c"}`, `cp3: {address: "10.0.0.13", mac: "52:54:00:00:00:13", zone: "b"}`},
+	})
+	c := Compare(base, head, map[string]string{"cp1": "restarts etcd", "w07": "ignored: added"})
+	want := map[string]NodeChange{
+		"w07": {Node: "w07", Status: Added, Zone: "a", Pool: "general", Role: "worker"},
+		"cp3": {Node: "cp3", Status: Moved, Zone: "b", From: "c", Role: "control-plane"},
+		"cp1": {Node: "cp1", Status: Changed, Zone: "a", Role: "control-plane", Effect: "restarts etcd"},
+	}
+	if len(c.Nodes) != len(want) {
+		t.Fatalf("changed nodes %+v, want %+v", c.Nodes, want)
+	}
+	for _, n := range c.Nodes {
+		if want[n.Node] != n {
+			t.Errorf("%s: %+v, want %+v", n.Node, n, want[n.Node])
+		}
+	}
+	if c.Endpoint != nil {
+		t.Errorf("the endpoint did not change: %+v", c.Endpoint)
+	}
+	if c.Etcd == nil || !strings.Contains(c.Etcd.Before, "cp3 (zone c)") || !strings.Contains(c.Etcd.After, "cp3 (zone b)") {
+		t.Errorf("etcd: %+v, want cp3 in zone c before and in zone b after", c.Etcd)
+	}
+
+	svg := html.UnescapeString(fixture.Mermaid(t, fixture.MermaidBlock(c.Mermaid()))[0])
+	for _, s := range []string{"zone a", "zone b", "zone c", "w07", "added", "cp3", "moved here from zone c", "moved to zone b",
+		"cp1", "restarts etcd", "etcd", "before: 3 members", "2 nodes unchanged", "3 nodes unchanged"} {
+		if !strings.Contains(svg, s) {
+			t.Errorf("Mermaid's picture of the change has no %q", s)
+		}
+	}
+}
+
+// TestChangeCollapsesPools adds 100 workers to a pool of examples/large:
+// each zone shows one box with the pool and its count, as the picture of
+// the cluster does.
+func TestChangeCollapsesPools(t *testing.T) {
+	base := Of(fixture.Cluster(t, "large", nil))
+	head := edited(t, "large", map[string][]string{"workers.cue": {"count:        1000\n\t\tnamePattern:  \"echo-%04d\"", "count:        1100\n\t\tnamePattern:  \"echo-%04d\""}})
+	c := Compare(base, head, nil)
+	perZone := map[string]int{}
+	for _, n := range c.Nodes {
+		if n.Status != Added || n.Pool != "echo" {
+			t.Fatalf("unexpected change %+v", n)
+		}
+		perZone[n.Zone]++
+	}
+	if len(c.Nodes) != 100 || len(perZone) != 3 {
+		t.Fatalf("%d nodes added in %d zones, want 100 in 3", len(c.Nodes), len(perZone))
+	}
+	m := c.Mermaid()
+	for zone, n := range perZone {
+		if !strings.Contains(m, "pool echo<br/>"+count(n)+" added") {
+			t.Errorf("zone %s: no box of %d added echo workers in\n%s", zone, n, m)
+		}
+	}
+	if strings.Contains(m, "echo-1001<br/>") {
+		t.Errorf("a worker of a collapsed pool is drawn alone:\n%s", m)
+	}
+}
