@@ -70,7 +70,11 @@ func firstWorkers(c *ir.Cluster, n int) *ir.Cluster {
 func bootBench(b *testing.B, name string, c *ir.Cluster, bundle *pki.Bundle) {
 	quietKlog(b)
 	for b.Loop() {
-		r := bootSim(b, name, c, bundle, func(ctx context.Context, s *Sim) error { return s.WaitReady(ctx, 8*time.Minute) })
+		ready := func(ctx context.Context, s *Sim) error { return s.WaitReady(ctx, 8*time.Minute) }
+		if os.Getenv(readyByWatch) != "" {
+			ready = watchReady
+		}
+		r := bootSim(b, name, c, bundle, ready)
 		b.ReportMetric(r.ready.Seconds(), "ready-s/op")
 		b.ReportMetric(r.prep.Seconds(), "prep-s/op")
 		b.ReportMetric(r.stop.Seconds(), "stop-s/op")

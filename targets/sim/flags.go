@@ -21,14 +21,26 @@ import (
 // collide) without an endpoint reconciler (it refuses loopback
 // addresses), and the controller-managers and schedulers serve no port
 // (nothing probes them here).
-func layout(treeDir string, addrs *AddressMap) systemd.Options {
+//
+// With more than one API server, none keeps a watch cache of Nodes and
+// Leases (--watch-cache-sizes ...#0: they read and watch etcd): in one
+// process every API server would decode every Node and Lease write into
+// a cache of its own, the bulk of the memory of a five-server fleet
+// (examples/large: 3.0 GiB at its peak with the caches, 2.3 without, as
+// fast). One API server keeps them: it is the only reader, and without
+// its cache 10,000 nodes took 157 s to be Ready instead of 83–105 s.
+func layout(treeDir string, addrs *AddressMap, apiServers int) systemd.Options {
+	server := []string{"--endpoint-reconciler-type=none"}
+	if apiServers > 1 {
+		server = append(server, "--watch-cache-sizes=leases.coordination.k8s.io#0,nodes#0")
+	}
 	return systemd.Options{
 		Root:     func(node string) string { return filepath.Join(treeDir, "nodes", node) },
 		Loopback: func(node string) netip.Addr { return addrs.Nodes[node] },
 		ExtraArgs: func(node string, c ir.Component) []string {
 			switch c {
 			case ir.ComponentAPIServer:
-				return []string{"--bind-address=" + addrs.Nodes[node].String(), "--endpoint-reconciler-type=none"}
+				return append([]string{"--bind-address=" + addrs.Nodes[node].String()}, server...)
 			case ir.ComponentControllerManager, ir.ComponentScheduler:
 				return []string{"--secure-port=0"}
 			}

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"net"
 	"net/http"
@@ -275,37 +276,56 @@ func (b *balancer) Healthy() int {
 	return n
 }
 
-// pickExcept picks the next healthy backend not in tried.
-func (b *balancer) pickExcept(tried map[string]bool) (string, error) {
+// pickExcept picks a healthy backend not in tried: the next in turn
+// (round robin) when client is "", else the first healthy one from the
+// client's own place in the list, so that a client keeps its backend.
+func (b *balancer) pickExcept(tried map[string]bool, client string) (string, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	start := b.next
+	if client != "" {
+		h := fnv.New32a()
+		h.Write([]byte(client))
+		start = int(h.Sum32() % uint32(len(b.backends)))
+	}
 	for i := range b.backends {
-		be := b.backends[(b.next+i)%len(b.backends)]
+		be := b.backends[(start+i)%len(b.backends)]
 		if b.healthy[be] && !tried[be] {
-			b.next = (b.next + i + 1) % len(b.backends)
+			if client == "" {
+				b.next = (start + i + 1) % len(b.backends)
+			}
 			return be, nil
 		}
 	}
 	return "", errors.New("no healthy API server")
 }
 
-// DialContext connects to an API server the balancer would pick. The
-// simulated kubelets dial through it: the same choice of healthy
-// backend, without a socket pair through the listener per kubelet (5,000
-// kubelets would otherwise need 20,000 descriptors).
-func (b *balancer) DialContext(ctx context.Context, network, _ string) (net.Conn, error) {
-	return b.dial(ctx, network)
+// DialerFor connects one client (a simulated kubelet, by node name) to
+// an API server the balancer would pick, hashing the client to its
+// backend as HAProxy's "balance source" does, as long as that backend is
+// healthy. The simulated kubelets dial through it: the same choice of
+// healthy backend without a socket pair through the listener per kubelet
+// (5,000 kubelets would otherwise need 20,000 descriptors). A real
+// kubelet keeps one connection, and so one API server, for hours; the
+// simulated ones close theirs when idle, and coming back to the same
+// server resumes their TLS session (a session ticket is only good with
+// the server that issued it) where round robin would cost a full
+// handshake four times in five with five API servers.
+func (b *balancer) DialerFor(client string) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, _ string) (net.Conn, error) {
+		return b.dial(ctx, network, client)
+	}
 }
 
-// dial connects to a healthy backend, trying the next one when a
-// connection is refused (HAProxy's "option redispatch").
-func (b *balancer) dial(ctx context.Context, network string) (net.Conn, error) {
+// dial connects to a healthy backend (see pickExcept), trying another
+// one when a connection is refused (HAProxy's "option redispatch").
+func (b *balancer) dial(ctx context.Context, network, client string) (net.Conn, error) {
 	if b.vip != nil && b.Holder() == "" {
 		return nil, errors.New("no node holds the API endpoint's VIP")
 	}
 	tried := map[string]bool{}
 	for {
-		be, err := b.pickExcept(tried)
+		be, err := b.pickExcept(tried, client)
 		if err != nil {
 			return nil, err
 		}
@@ -371,7 +391,7 @@ func (b *balancer) serve(c net.Conn) {
 		c.Close()
 		b.track(c, false)
 	}()
-	up, err := b.dial(context.Background(), "tcp")
+	up, err := b.dial(context.Background(), "tcp", "")
 	if err != nil {
 		return
 	}

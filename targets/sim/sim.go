@@ -188,7 +188,13 @@ func prepare(c *ir.Cluster, b *pki.Bundle, opts Options) (*preparation, error) {
 	if _, err := os.Stat(treeDir); err == nil {
 		return nil, fmt.Errorf("workdir %s holds a previous simulation; give an empty one", work)
 	}
-	sdOpts := layout(treeDir, addrs)
+	apiServers := 0
+	for _, n := range m.Cluster.Nodes {
+		if n.Runs(ir.ComponentAPIServer) {
+			apiServers++
+		}
+	}
+	sdOpts := layout(treeDir, addrs, apiServers)
 	sdOpts.Trees = runsProcesses
 	tree, err := systemd.Build(m, sdOpts)
 	if err != nil {
@@ -788,7 +794,7 @@ func (s *Sim) newKubelet(n ir.Node) (*kubelet, error) {
 	cfg.QPS, cfg.Burst = 20, 40
 	// The kubelet's --kube-api-content-type defaults to protobuf.
 	cfg = protobuf(cfg)
-	hc, closeIdle, err := kubeletClient(cfg, &s.chains, s.lb.DialContext)
+	hc, closeIdle, err := kubeletClient(cfg, &s.chains, s.lb.DialerFor(n.Name))
 	if err != nil {
 		return nil, err
 	}
