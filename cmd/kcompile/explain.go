@@ -77,6 +77,9 @@ func (c *explainCmd) draw(e *env, cluster *ir.Cluster) error {
 	if c.Path != "" {
 		return statusError{code: exitUsage, msg: "--picture draws the whole cluster: leave out the path " + diag.Printable(c.Path, maxShown)}
 	}
+	if c.Output != "text" {
+		return statusError{code: exitUsage, msg: "--picture is its own format: leave out --output " + c.Output}
+	}
 	t := picture.Of(cluster)
 	if c.Picture == "mermaid" {
 		_, err := io.WriteString(e.stdout, t.Mermaid())
