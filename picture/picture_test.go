@@ -15,8 +15,10 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
+	"github.com/kcompile/kcompile/compiler"
 	"github.com/kcompile/kcompile/compiler/diag"
 	"github.com/kcompile/kcompile/compiler/ir"
 	"github.com/kcompile/kcompile/compiler/zones"
@@ -34,20 +36,36 @@ type drawn struct {
 	mermaid string
 }
 
-// drawAll draws every example once per test binary run that asks.
+// drawings are every example drawn once for the tests that only read
+// them (TestGolden draws its own, twice).
+var drawings = sync.OnceValues(func() ([]drawn, error) { return draw() })
+
+// drawAll is every example's drawing.
 func drawAll(t *testing.T) []drawn {
 	t.Helper()
+	d, err := drawings()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// draw compiles and draws every example.
+func draw() ([]drawn, error) {
 	var out []drawn
 	for _, name := range examples() {
-		c := fixture.Cluster(t, name, nil)
+		c, diags := compiler.Compile(compiler.Source{Dir: fixture.Path("examples/" + name)})
+		if c == nil {
+			return nil, fmt.Errorf("%s does not compile: %v", name, diags)
+		}
 		top := Of(c)
 		svg, err := top.SVG(context.Background())
 		if err != nil {
-			t.Fatalf("%s: %v", name, err)
+			return nil, fmt.Errorf("%s: %w", name, err)
 		}
 		out = append(out, drawn{name: name, cluster: c, svg: svg, mermaid: top.Mermaid()})
 	}
-	return out
+	return out, nil
 }
 
 // TestGolden holds every example's pictures to golden/pictures;
@@ -55,7 +73,11 @@ func drawAll(t *testing.T) []drawn {
 func TestGolden(t *testing.T) {
 	update := os.Getenv("KCOMPILE_UPDATE") != ""
 	dir := fixture.Path("golden/pictures")
-	first, second := drawAll(t), drawAll(t)
+	first, err := draw()
+	if err != nil {
+		t.Fatal(err)
+	}
+	second := drawAll(t)
 	want := map[string]bool{}
 	for i, d := range first {
 		if !bytes.Equal(d.svg, second[i].svg) || d.mermaid != second[i].mermaid {
