@@ -112,7 +112,7 @@ func (t *Topology) etcdMembers() string {
 	if len(who) == 0 {
 		return "no members"
 	}
-	return t.Etcd.summary() + ": " + strings.Join(who, ", ")
+	return t.etcdSummary() + ": " + strings.Join(who, ", ")
 }
 
 // diagram draws the touched nodes in the zones they are in (removed ones

@@ -111,7 +111,7 @@ func (t *Topology) diagram() diagram {
 	ids := idSource{}
 	endpoint := box{id: "api", style: styleEndpoint, lines: append([]string{"API endpoint", t.Endpoint.URL}, wrap("served "+t.Endpoint.Served, wrapAt)...)}
 	d.top = append(d.top, endpoint)
-	etcd := box{id: "etcdcluster", style: styleEtcd, lines: []string{"etcd (" + t.Etcd.Topology + ")", t.Etcd.summary()}}
+	etcd := box{id: "etcdcluster", style: styleEtcd, lines: []string{"etcd (" + t.EtcdTopology + ")", t.etcdSummary()}}
 	etcd.lines = append(etcd.lines, t.quorumLines()...)
 
 	byZone := map[string][]Node{}
@@ -153,7 +153,7 @@ func (t *Topology) diagram() diagram {
 
 		for _, s := range servers {
 			d.edges = append(d.edges, edge{from: endpoint.id, to: s.id})
-			if t.Etcd.Topology == "external" {
+			if t.EtcdTopology == "external" {
 				d.edges = append(d.edges, edge{from: s.id, to: etcd.id, label: "etcd client", dashed: true})
 			}
 		}
@@ -183,13 +183,13 @@ func (t *Topology) diagram() diagram {
 	}
 	network := box{id: "networks", style: styleNetwork, lines: t.networkLines()}
 	below := network.id
-	if t.Etcd.Members > 0 {
+	if t.Zones.Members > 0 {
 		below = etcd.id
 	}
 	for zi := range d.groups {
 		d.edges = append(d.edges, edge{from: fmt.Sprintf("loss%d", zi), to: below, invisible: true})
 	}
-	if t.Etcd.Members > 0 {
+	if t.Zones.Members > 0 {
 		d.bottom = append(d.bottom, etcd)
 		d.edges = append(d.edges, edge{from: etcd.id, to: network.id, invisible: true})
 	}

@@ -350,8 +350,8 @@ func hostile() *Topology {
 		"zone;subgraph s\nend",
 	}
 	t := &Topology{Name: names[0], Version: names[2], Endpoint: Endpoint{URL: names[1], Served: names[3]},
-		Etcd:    Etcd{Topology: names[4], Members: 1, Quorum: 1},
-		Network: Network{Nodes: []string{names[5]}, Pods: []string{names[6]}, Services: []string{names[0]}, DNS: []string{names[1]}, Domain: names[2], CNI: names[3], KubeProxy: names[4]}}
+		EtcdTopology: names[4],
+		Network:      Network{Nodes: []string{names[5]}, Pods: []string{names[6]}, Services: []string{names[0]}, DNS: []string{names[1]}, Domain: names[2], CNI: names[3], KubeProxy: names[4]}}
 	for i, n := range names {
 		t.Nodes = append(t.Nodes, Node{Name: n, Zone: names[(i+1)%len(names)], Pool: names[(i+2)%len(names)], Role: ir.RoleControlPlane, APIServer: true, Etcd: i == 0, Addresses: []string{names[(i+3)%len(names)]}})
 		t.Zones.Zones = append(t.Zones.Zones, zones.Zone{Name: names[(i+1)%len(names)], Nodes: 1, APIServers: 1, EtcdMembers: min(1, i)})

@@ -19,8 +19,10 @@ type Topology struct {
 	Name, Version string
 	Endpoint      Endpoint
 	Nodes         []Node
-	Etcd          Etcd
-	Network       Network
+	// EtcdTopology is "stacked" or "external"; the membership's size,
+	// quorum and tolerance are in Zones.
+	EtcdTopology string
+	Network      Network
 	// Zones are what losing each zone costs.
 	Zones zones.Analysis
 }
@@ -30,12 +32,6 @@ type Endpoint struct {
 	URL    string
 	Mode   ir.EndpointMode
 	Served string
-}
-
-// Etcd is the datastore's shape.
-type Etcd struct {
-	Topology                   string
-	Members, Quorum, Tolerates int
 }
 
 // Network is the cluster's address ranges and pod network.
@@ -60,13 +56,12 @@ type Node struct {
 // Of takes what a picture shows from a compiled cluster.
 func Of(c *ir.Cluster) *Topology {
 	t := &Topology{
-		Name:     c.Name,
-		Version:  c.Kubernetes.Version,
-		Endpoint: Endpoint{URL: c.Endpoint.URL, Mode: c.Endpoint.Mode, Served: c.Endpoint.Served()},
-		Zones:    zones.Of(c),
+		Name:         c.Name,
+		Version:      c.Kubernetes.Version,
+		Endpoint:     Endpoint{URL: c.Endpoint.URL, Mode: c.Endpoint.Mode, Served: c.Endpoint.Served()},
+		EtcdTopology: c.Etcd.Topology,
+		Zones:        zones.Of(c),
 	}
-	a := t.Zones
-	t.Etcd = Etcd{Topology: c.Etcd.Topology, Members: a.Members, Quorum: a.Quorum, Tolerates: a.Tolerates}
 	members := map[string]bool{}
 	for _, m := range c.Etcd.Members {
 		members[m.Node] = true
@@ -108,11 +103,12 @@ func cniOf(c ir.CNI) string {
 }
 
 // etcdSummary is etcd's membership in a few words.
-func (e Etcd) summary() string {
-	if e.Members == 0 {
+func (t *Topology) etcdSummary() string {
+	a := t.Zones
+	if a.Members == 0 {
 		return "no members"
 	}
-	return fmt.Sprintf("%s, quorum %d, tolerates %s", counted(e.Members, "member"), e.Quorum, counted(e.Tolerates, "failure"))
+	return fmt.Sprintf("%s, quorum %d, tolerates %s", counted(a.Members, "member"), a.Quorum, counted(a.Tolerates, "failure"))
 }
 
 // counted is n things, with thousands separators.

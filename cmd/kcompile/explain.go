@@ -35,6 +35,15 @@ type explained struct {
 }
 
 func (c *explainCmd) Run(e *env) error {
+	if c.Picture != "" {
+		// A usage mistake is told before the spec is compiled.
+		if c.Path != "" {
+			return statusError{code: exitUsage, msg: "--picture draws the whole cluster: leave out the path " + diag.Printable(c.Path, maxShown)}
+		}
+		if c.Output != "text" {
+			return statusError{code: exitUsage, msg: "--picture is its own format: leave out --output " + c.Output}
+		}
+	}
 	cluster, diags := compiler.Compile(compiler.Source{Dir: c.Dir})
 	if cluster == nil {
 		diags = diags.Relative(e.cwd)
@@ -74,12 +83,6 @@ func (c *explainCmd) Run(e *env) error {
 
 // draw writes the picture of the whole cluster.
 func (c *explainCmd) draw(e *env, cluster *ir.Cluster) error {
-	if c.Path != "" {
-		return statusError{code: exitUsage, msg: "--picture draws the whole cluster: leave out the path " + diag.Printable(c.Path, maxShown)}
-	}
-	if c.Output != "text" {
-		return statusError{code: exitUsage, msg: "--picture is its own format: leave out --output " + c.Output}
-	}
 	t := picture.Of(cluster)
 	if c.Picture == "mermaid" {
 		_, err := io.WriteString(e.stdout, t.Mermaid())
