@@ -40,14 +40,7 @@ import (
 // (README, "Simulating a cluster").
 func BenchmarkKWOKBeside(b *testing.B) {
 	const nodes = 5000
-	bin := make(map[string]string)
-	for _, name := range []string{"kwokctl", "kwok", "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
-		p := fixture.Path(".bin/" + name)
-		if _, err := os.Stat(p); err != nil {
-			b.Fatalf("%s: run scripts/tools first (%v)", p, err)
-		}
-		bin[name] = p
-	}
+	bin := kwokBinaries(b)
 	for b.Loop() {
 		kwokTime, kwokPeak := bootKWOK(b, bin, nodes)
 		sim := childBench(b, "^BenchmarkSimBootOneControlPlane$/^workers=5000$")
@@ -62,6 +55,41 @@ func BenchmarkKWOKBeside(b *testing.B) {
 		b.ReportMetric(float64(sim.peak)/float64(kwokPeak), "sim/kwok-memory")
 		b.ReportMetric(simLarge.ready.Seconds()/kwokTime.Seconds(), "large/kwok-time")
 	}
+}
+
+// BenchmarkKWOKBesideXLarge boots 10,000 fake nodes with KWOK, then
+// examples/xlarge (the same number of workers behind one control-plane
+// node) with kcompile sim in a process of its own, timed and measured
+// as BenchmarkKWOKBeside does. It reports both and the ratios. It takes
+// about five minutes and is run on demand (README, "Simulating a
+// cluster").
+func BenchmarkKWOKBesideXLarge(b *testing.B) {
+	const nodes = 10000
+	bin := kwokBinaries(b)
+	for b.Loop() {
+		kwokTime, kwokPeak := bootKWOK(b, bin, nodes)
+		sim := childBench(b, "^BenchmarkSimBootXLarge$")
+		b.ReportMetric(kwokTime.Seconds(), "kwok-ready-s")
+		b.ReportMetric(float64(kwokPeak)/(1<<30), "kwok-peak-GiB")
+		b.ReportMetric(sim.ready.Seconds(), "sim-ready-s")
+		b.ReportMetric(float64(sim.peak)/(1<<30), "sim-peak-GiB")
+		b.ReportMetric(sim.ready.Seconds()/kwokTime.Seconds(), "sim/kwok-time")
+		b.ReportMetric(float64(sim.peak)/float64(kwokPeak), "sim/kwok-memory")
+	}
+}
+
+// kwokBinaries are the programs a KWOK cluster runs, as scripts/tools
+// builds them.
+func kwokBinaries(b *testing.B) map[string]string {
+	bin := make(map[string]string)
+	for _, name := range []string{"kwokctl", "kwok", "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
+		p := fixture.Path(".bin/" + name)
+		if _, err := os.Stat(p); err != nil {
+			b.Fatalf("%s: run scripts/tools first (%v)", p, err)
+		}
+		bin[name] = p
+	}
+	return bin
 }
 
 // childBench runs one of the simulation's boot benchmarks in a process

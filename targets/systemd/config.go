@@ -150,7 +150,11 @@ func encryptionConfig(c *ir.Cluster, key []byte) *apiserverv1.EncryptionConfigur
 
 // auditPolicy logs who did what to every object, without the bodies of
 // Secrets, ConfigMaps and token reviews (which carry credentials), and
-// without the noise of health checks and of the system's own reads.
+// without the noise of health checks, of the system's own reads and of
+// node heartbeats: every kubelet renews its Lease every 10 s, so 5,000
+// nodes would write 500 events a second, most of the log, each telling
+// only that a node is alive. A node's Lease being created, patched or
+// deleted, and any other writer's renewal, are still logged.
 func auditPolicy() *auditv1.Policy {
 	return &auditv1.Policy{
 		TypeMeta:          metav1.TypeMeta{APIVersion: "audit.k8s.io/v1", Kind: "Policy"},
@@ -163,6 +167,8 @@ func auditPolicy() *auditv1.Policy {
 			{Level: auditv1.LevelNone, UserGroups: []string{"system:nodes"}, Verbs: []string{"get"},
 				Resources: []auditv1.GroupResources{{Group: "", Resources: []string{"nodes", "nodes/status"}}}},
 			{Level: auditv1.LevelNone, Verbs: []string{"get", "list", "watch"},
+				Resources: []auditv1.GroupResources{{Group: "coordination.k8s.io", Resources: []string{"leases"}}}},
+			{Level: auditv1.LevelNone, UserGroups: []string{"system:nodes"}, Verbs: []string{"update"}, Namespaces: []string{"kube-node-lease"},
 				Resources: []auditv1.GroupResources{{Group: "coordination.k8s.io", Resources: []string{"leases"}}}},
 			{Level: auditv1.LevelMetadata, Resources: []auditv1.GroupResources{
 				{Group: "", Resources: []string{"secrets", "configmaps", "serviceaccounts/token"}},
