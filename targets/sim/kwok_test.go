@@ -42,18 +42,9 @@ func BenchmarkKWOKBeside(b *testing.B) {
 	const nodes = 5000
 	bin := kwokBinaries(b)
 	for b.Loop() {
-		kwokTime, kwokPeak := bootKWOK(b, bin, nodes)
-		sim := childBench(b, "^BenchmarkSimBootOneControlPlane$/^workers=5000$")
-		simLarge := childBench(b, "^BenchmarkSimBootLarge$")
-		b.ReportMetric(kwokTime.Seconds(), "kwok-ready-s")
-		b.ReportMetric(float64(kwokPeak)/(1<<30), "kwok-peak-GiB")
-		b.ReportMetric(sim.ready.Seconds(), "sim-ready-s")
-		b.ReportMetric(float64(sim.peak)/(1<<30), "sim-peak-GiB")
-		b.ReportMetric(simLarge.ready.Seconds(), "large-ready-s")
-		b.ReportMetric(float64(simLarge.peak)/(1<<30), "large-peak-GiB")
-		b.ReportMetric(sim.ready.Seconds()/kwokTime.Seconds(), "sim/kwok-time")
-		b.ReportMetric(float64(sim.peak)/float64(kwokPeak), "sim/kwok-memory")
-		b.ReportMetric(simLarge.ready.Seconds()/kwokTime.Seconds(), "large/kwok-time")
+		kwok := bootKWOK(b, bin, nodes)
+		reportBeside(b, "sim", kwok, childBench(b, "^BenchmarkSimBootOneControlPlane$/^workers=5000$"))
+		reportBeside(b, "large", kwok, childBench(b, "^BenchmarkSimBootLarge$"))
 	}
 }
 
@@ -67,15 +58,19 @@ func BenchmarkKWOKBesideXLarge(b *testing.B) {
 	const nodes = 10000
 	bin := kwokBinaries(b)
 	for b.Loop() {
-		kwokTime, kwokPeak := bootKWOK(b, bin, nodes)
-		sim := childBench(b, "^BenchmarkSimBootXLarge$")
-		b.ReportMetric(kwokTime.Seconds(), "kwok-ready-s")
-		b.ReportMetric(float64(kwokPeak)/(1<<30), "kwok-peak-GiB")
-		b.ReportMetric(sim.ready.Seconds(), "sim-ready-s")
-		b.ReportMetric(float64(sim.peak)/(1<<30), "sim-peak-GiB")
-		b.ReportMetric(sim.ready.Seconds()/kwokTime.Seconds(), "sim/kwok-time")
-		b.ReportMetric(float64(sim.peak)/float64(kwokPeak), "sim/kwok-memory")
+		reportBeside(b, "sim", bootKWOK(b, bin, nodes), childBench(b, "^BenchmarkSimBootXLarge$"))
 	}
+}
+
+// reportBeside reports KWOK's time and memory, a simulation's under its
+// name and the simulation's ratios to KWOK.
+func reportBeside(b *testing.B, name string, kwok, sim simRun) {
+	b.ReportMetric(kwok.ready.Seconds(), "kwok-ready-s")
+	b.ReportMetric(float64(kwok.peak)/(1<<30), "kwok-peak-GiB")
+	b.ReportMetric(sim.ready.Seconds(), name+"-ready-s")
+	b.ReportMetric(float64(sim.peak)/(1<<30), name+"-peak-GiB")
+	b.ReportMetric(sim.ready.Seconds()/kwok.ready.Seconds(), name+"/kwok-time")
+	b.ReportMetric(float64(sim.peak)/float64(kwok.peak), name+"/kwok-memory")
 }
 
 // kwokBinaries are the programs a KWOK cluster runs, as scripts/tools
@@ -188,7 +183,7 @@ func countReady(ctx context.Context, cfg *rest.Config, want int) error {
 // nodes, and deletes it. It returns the time from the start of the
 // creation until every node is Ready and the peak memory of its
 // processes.
-func bootKWOK(b *testing.B, bin map[string]string, nodes int) (time.Duration, uint64) {
+func bootKWOK(b *testing.B, bin map[string]string, nodes int) simRun {
 	work := b.TempDir()
 	const name = "kcompile-bench"
 	kwokctl := func(args ...string) *exec.Cmd {
@@ -258,5 +253,5 @@ func bootKWOK(b *testing.B, bin map[string]string, nodes int) (time.Duration, ui
 	if out, err := kwokctl("delete", "cluster").CombinedOutput(); err != nil {
 		b.Fatalf("kwokctl delete cluster: %v\n%s", err, out)
 	}
-	return took, max
+	return simRun{ready: took, peak: max}
 }
