@@ -269,7 +269,7 @@ func checkAudit(t *testing.T, ctx context.Context, s *Sim, work string) {
 				}
 				r := e.ObjectRef
 				switch {
-				case r.Resource == "leases" && r.Namespace == "kube-node-lease" && e.Verb == "update":
+				case r.Resource == "leases" && r.Namespace == "kube-node-lease" && e.Verb == "update" && strings.HasPrefix(e.User.Username, "system:node:"):
 					renewals++
 				case r.Resource == "leases" && r.Name == "w01" && e.Verb == "create" && e.User.Username == "system:node:w01":
 					leaseCreates++
