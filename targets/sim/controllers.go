@@ -3,6 +3,8 @@ package sim
 import (
 	"context"
 	"fmt"
+	"os"
+	"runtime/debug"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -29,6 +31,34 @@ func newRegistry() (basecompatibility.ComponentGlobalsRegistry, error) {
 		return nil, err
 	}
 	return registry, nil
+}
+
+// releaseOnExit makes a controller-manager that stops leading release
+// its Lease and return instead of exiting the process: the
+// controller-manager reads the process-wide gate
+// ControllerManagerReleaseLeaderElectionLockOnExit at that moment. It is
+// set by Start, again before each controller-manager starts and stops,
+// and checked: in one CI run in several a stopping controller-manager
+// ended the test process (klog.FlushAndExit) after the gate had been set
+// at Start.
+func releaseOnExit() error {
+	const gate = "ControllerManagerReleaseLeaderElectionLockOnExit"
+	if err := utilfeature.DefaultMutableFeatureGate.Set(gate + "=true"); err != nil {
+		return err
+	}
+	if !utilfeature.DefaultFeatureGate.Enabled(gate) {
+		return fmt.Errorf("the feature gate %s does not hold: a stopping controller-manager would end the process", gate)
+	}
+	return nil
+}
+
+// exitLoudly ends the process as klog.FlushAndExit asks, after saying
+// where the request came from: a component of the simulation that gives
+// up takes the whole process with it, and its last log line rarely says
+// which one did.
+func exitLoudly(code int) {
+	fmt.Fprintf(os.Stderr, "kcompile sim: a Kubernetes component ended the process (exit code %d) from:\n%s", code, debug.Stack())
+	os.Exit(code)
 }
 
 // startControllerManager runs kube-controller-manager in this process
@@ -61,6 +91,9 @@ func startControllerManager(ctx context.Context, args []string) (<-chan error, e
 	config, err := s.Config(ctx, all, disabled, aliases)
 	if err != nil {
 		return nil, fmt.Errorf("kube-controller-manager config: %w", err)
+	}
+	if err := releaseOnExit(); err != nil {
+		return nil, err
 	}
 	errc := make(chan error, 1)
 	// Run registers its configuration page in a process-wide registry

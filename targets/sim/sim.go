@@ -36,7 +36,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
@@ -115,10 +114,10 @@ const AdminKubeconfig = "admin.kubeconfig"
 // Start boots the cluster: etcd quorum, API servers, the load balancer,
 // addons, controller-managers and schedulers, then every kubelet.
 func Start(ctx context.Context, c *ir.Cluster, b *pki.Bundle, opts Options) (*Sim, error) {
-	// A controller-manager that stops would otherwise exit the process.
-	// The gate is process-wide in Kubernetes; the simulation owns the
-	// process.
-	if err := utilfeature.DefaultMutableFeatureGate.Set("ControllerManagerReleaseLeaderElectionLockOnExit=true"); err != nil {
+	// The simulation owns the process: a component that ends it says so,
+	// with where it was called from.
+	klog.OsExit = exitLoudly
+	if err := releaseOnExit(); err != nil {
 		return nil, err
 	}
 	if opts.Progress == nil {
@@ -579,6 +578,12 @@ func (s *Sim) stopComponent(node string, comp ir.Component) {
 	s.mu.Unlock()
 	if !ok {
 		return
+	}
+	if comp == ir.ComponentControllerManager {
+		// It reads the gate when it stops leading (see releaseOnExit).
+		if err := releaseOnExit(); err != nil {
+			s.progress("%s on %s: %v", comp, node, err)
+		}
 	}
 	c.cancel()
 	// Some controllers of a controller-manager take long to wind down;
