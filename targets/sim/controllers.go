@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"runtime"
 	"runtime/debug"
+	"sync/atomic"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -33,32 +35,25 @@ func newRegistry() (basecompatibility.ComponentGlobalsRegistry, error) {
 	return registry, nil
 }
 
-// releaseOnExit makes a controller-manager that stops leading release
-// its Lease and return instead of exiting the process: the
-// controller-manager reads the process-wide gate
-// ControllerManagerReleaseLeaderElectionLockOnExit at that moment. It is
-// set by Start, again before each controller-manager starts and stops,
-// and checked: in one CI run in several a stopping controller-manager
-// ended the test process (klog.FlushAndExit) after the gate had been set
-// at Start.
-func releaseOnExit() error {
-	const gate = "ControllerManagerReleaseLeaderElectionLockOnExit"
-	if err := utilfeature.DefaultMutableFeatureGate.Set(gate + "=true"); err != nil {
-		return err
+// exitHook is what klog.FlushAndExit calls in a simulation's process.
+// Kubernetes' components end their process when they give up: a
+// controller-manager still building its controllers when the API server
+// goes away exits when its namespace controller finds nothing to
+// discover, and systemd would restart that one component. Once the
+// simulation has stopped one of its components, such a request is taken
+// as a stopped component winding down while what it talks to goes away:
+// its goroutine ends (runtime.Goexit, which does not return to the
+// caller), the process goes on. Before, no component is expected to give
+// up: the process ends, saying where the request came from.
+func exitHook(componentStopped *atomic.Bool) func(int) {
+	return func(code int) {
+		if componentStopped.Load() {
+			fmt.Fprintf(os.Stderr, "kcompile sim: a stopped Kubernetes component asked to end the process (exit code %d); its goroutine ends instead\n", code)
+			runtime.Goexit()
+		}
+		fmt.Fprintf(os.Stderr, "kcompile sim: a Kubernetes component ended the process (exit code %d) from:\n%s", code, debug.Stack())
+		os.Exit(code)
 	}
-	if !utilfeature.DefaultFeatureGate.Enabled(gate) {
-		return fmt.Errorf("the feature gate %s does not hold: a stopping controller-manager would end the process", gate)
-	}
-	return nil
-}
-
-// exitLoudly ends the process as klog.FlushAndExit asks, after saying
-// where the request came from: a component of the simulation that gives
-// up takes the whole process with it, and its last log line rarely says
-// which one did.
-func exitLoudly(code int) {
-	fmt.Fprintf(os.Stderr, "kcompile sim: a Kubernetes component ended the process (exit code %d) from:\n%s", code, debug.Stack())
-	os.Exit(code)
 }
 
 // startControllerManager runs kube-controller-manager in this process
@@ -91,9 +86,6 @@ func startControllerManager(ctx context.Context, args []string) (<-chan error, e
 	config, err := s.Config(ctx, all, disabled, aliases)
 	if err != nil {
 		return nil, fmt.Errorf("kube-controller-manager config: %w", err)
-	}
-	if err := releaseOnExit(); err != nil {
-		return nil, err
 	}
 	errc := make(chan error, 1)
 	// Run registers its configuration page in a process-wide registry

@@ -36,6 +36,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
@@ -79,6 +80,10 @@ type Sim struct {
 
 	ctx    context.Context
 	cancel context.CancelFunc
+	// componentStopped is set once a component has been stopped (see
+	// exitHook); it is its own allocation so that the hook does not keep
+	// the whole simulation.
+	componentStopped *atomic.Bool
 
 	mu         sync.Mutex
 	etcd       map[string]*embed.Etcd
@@ -114,10 +119,10 @@ const AdminKubeconfig = "admin.kubeconfig"
 // Start boots the cluster: etcd quorum, API servers, the load balancer,
 // addons, controller-managers and schedulers, then every kubelet.
 func Start(ctx context.Context, c *ir.Cluster, b *pki.Bundle, opts Options) (*Sim, error) {
-	// The simulation owns the process: a component that ends it says so,
-	// with where it was called from.
-	klog.OsExit = exitLoudly
-	if err := releaseOnExit(); err != nil {
+	// A controller-manager that stops would otherwise exit the process.
+	// The gate is process-wide in Kubernetes; the simulation owns the
+	// process.
+	if err := utilfeature.DefaultMutableFeatureGate.Set("ControllerManagerReleaseLeaderElectionLockOnExit=true"); err != nil {
 		return nil, err
 	}
 	if opts.Progress == nil {
@@ -136,7 +141,9 @@ func Start(ctx context.Context, c *ir.Cluster, b *pki.Bundle, opts Options) (*Si
 	}
 	s := &Sim{opts: opts, cluster: p.cluster, index: p.index, addrs: p.addrs, tree: p.tree, layout: p.layout,
 		etcd: map[string]*embed.Etcd{}, components: map[string]*component{}, kubelets: map[string]*kubelet{},
-		prepared: time.Since(began)}
+		prepared: time.Since(began), componentStopped: new(atomic.Bool)}
+	// The simulation owns the process (see exitHook).
+	klog.OsExit = exitHook(s.componentStopped)
 	s.progress("prepared: certificates and trees of %d nodes (%s)", len(p.cluster.Nodes), s.prepared.Round(time.Millisecond))
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	if err := s.boot(ctx); err != nil {
@@ -579,12 +586,7 @@ func (s *Sim) stopComponent(node string, comp ir.Component) {
 	if !ok {
 		return
 	}
-	if comp == ir.ComponentControllerManager {
-		// It reads the gate when it stops leading (see releaseOnExit).
-		if err := releaseOnExit(); err != nil {
-			s.progress("%s on %s: %v", comp, node, err)
-		}
-	}
+	s.componentStopped.Store(true)
 	c.cancel()
 	// Some controllers of a controller-manager take long to wind down;
 	// they are left behind after a while, as systemd would kill them.
