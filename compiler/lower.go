@@ -1,6 +1,7 @@
 package compiler
 
 import (
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/netip"
@@ -31,8 +32,14 @@ func lower(m *model) *ir.Cluster {
 		ExtraSANs:               s.ControlPlane.APIServer.ExtraSANs,
 	}
 	settings := m.specSettings()
-	derive := func(path, value, from string) {
-		settings = append(settings, ir.Setting{Path: path, Value: value,
+	// Derived values are kept as JSON, as the spec's own values are, so
+	// that a consumer reads every value one way.
+	derive := func(path string, v any, from string) {
+		value, err := json.Marshal(v)
+		if err != nil {
+			value = []byte(strconv.Quote(fmt.Sprint(v)))
+		}
+		settings = append(settings, ir.Setting{Path: path, Value: string(value),
 			Origin: ir.Origin{Kind: ir.FromDerived, From: from, Pos: firstPos(m.at(firstPath(from)))}})
 	}
 
@@ -46,7 +53,7 @@ func lower(m *model) *ir.Cluster {
 		derive("network.dnsServiceIP", n.DNSServiceIP.String(), "network.serviceCIDR (its tenth address)")
 	}
 	if s.Network.CNI.MTU == 0 {
-		derive("network.cni.mtu", strconv.Itoa(n.PodMTU), "network.mtu minus the overhead of network.cni.mode")
+		derive("network.cni.mtu", n.PodMTU, "network.mtu minus the overhead of network.cni.mode")
 	}
 
 	c.Endpoint = lowerEndpoint(m)

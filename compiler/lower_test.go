@@ -96,7 +96,7 @@ func TestLowerHAStacked(t *testing.T) {
 	if s := setting(t, c, "network.dnsServiceIP"); s.Origin.Kind != ir.FromDerived || !strings.Contains(s.Origin.From, "network.serviceCIDR") {
 		t.Errorf("DNS IP origin %+v", s)
 	}
-	if s := setting(t, c, "nodes.w02.address"); s.Value != "10.0.1.11" || s.Origin.From != "workers.pools.general.firstAddress" || s.Origin.Pos.Line != 6 {
+	if s := setting(t, c, "nodes.w02.address"); s.Value != `"10.0.1.11"` || s.Origin.From != "workers.pools.general.firstAddress" || s.Origin.Pos.Line != 6 {
 		t.Errorf("w02 address origin %+v", s)
 	}
 	if !slices.IsSortedFunc(c.Settings, func(a, b ir.Setting) int { return strings.Compare(a.Path, b.Path) }) {

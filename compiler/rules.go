@@ -18,7 +18,7 @@ func families() []family {
 }
 
 // Rules lists every diagnostic kcompile can report, in code order. The
-// README's table of checks is generated from it.
+// table of checks in docs/checks.md is generated from it.
 func Rules() []diag.Rule {
 	rules := []diag.Rule{
 		{Code: CodeLoad, Severity: diag.Error, Family: "load", Summary: "the spec directory does not load: CUE syntax error, missing or mixed package clause"},

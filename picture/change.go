@@ -7,16 +7,21 @@ import (
 	"strings"
 
 	"github.com/kcompile/kcompile/compiler/ir"
+	"github.com/kcompile/kcompile/compiler/zones"
 )
 
 // Change is what a change does to a cluster's shape: the nodes it adds,
-// removes, moves between zones or changes the files of, and its API
-// endpoint and etcd membership before and after. kcompile diff draws it
-// above its text summary.
+// removes, moves between zones or changes the files of, its API
+// endpoint and etcd membership before and after, and the zones whose
+// loss it makes cost more or less. kcompile diff draws it above its
+// text summary.
 type Change struct {
 	Nodes    []NodeChange `json:"nodes,omitempty"`
 	Endpoint *BeforeAfter `json:"endpoint,omitempty"`
 	Etcd     *BeforeAfter `json:"etcd,omitempty"`
+	// Zones are the failure domains whose "if it fails" outcome differs
+	// between the sides, sorted as the zone analysis sorts them.
+	Zones []ZoneChange `json:"zones,omitempty"`
 	// unchanged counts, per zone of the head, the nodes the change does
 	// not touch: the picture shows them as one box for context.
 	unchanged map[string]int
@@ -36,6 +41,113 @@ type NodeChange struct {
 	// Effect is what a changed node's new files do to it, e.g.
 	// "restarts kubelet".
 	Effect string `json:"effect,omitempty"`
+}
+
+// ZoneChange is a failure domain whose loss leaves etcd with or without
+// its quorum, or the API with or without a server, where the other side
+// did the opposite: the same membership can be safe or not depending on
+// where its members are, which no per-node line shows.
+type ZoneChange struct {
+	Zone   string      `json:"zone"`
+	Before ZoneOutcome `json:"before"`
+	After  ZoneOutcome `json:"after"`
+	// Worse is set when losing the zone costs more after the change: a
+	// quorum or the last API server lost that was kept before (also when
+	// something else got better at the same time: a reviewer must look).
+	Worse bool `json:"worse"`
+}
+
+// ZoneOutcome is what losing one zone leaves of etcd and the API
+// servers. A zone a side does not have holds nothing: losing it costs
+// nothing.
+type ZoneOutcome struct {
+	// EtcdMembers are the members in the zone, of Members in all.
+	EtcdMembers int `json:"etcdMembers"`
+	Members     int `json:"members"`
+	// EtcdQuorumKept: the members in the other zones hold a quorum.
+	EtcdQuorumKept bool `json:"etcdQuorumKept"`
+	// APIServersLeft are the API servers in the other zones, of
+	// APIServers in all.
+	APIServersLeft int `json:"apiServersLeft"`
+	APIServers     int `json:"apiServers"`
+}
+
+func outcomeOf(a zones.Analysis, name string) ZoneOutcome {
+	o := ZoneOutcome{Members: a.Members, EtcdQuorumKept: a.Members > 0, APIServersLeft: a.APIServers, APIServers: a.APIServers}
+	for _, z := range a.Zones {
+		if z.Name == name {
+			o.EtcdMembers, o.EtcdQuorumKept, o.APIServersLeft = z.EtcdMembers, z.EtcdQuorumAfterLoss, a.APIServers-z.APIServers
+		}
+	}
+	return o
+}
+
+// compareZones lists the zones of either side whose loss keeps etcd's
+// quorum, or an API server, on one side and not on the other.
+func compareZones(base, head zones.Analysis) []ZoneChange {
+	var names []string
+	for _, a := range []zones.Analysis{base, head} {
+		for _, z := range a.Zones {
+			if !slices.Contains(names, z.Name) {
+				names = append(names, z.Name)
+			}
+		}
+	}
+	slices.SortFunc(names, zoneOrder)
+	var out []ZoneChange
+	for _, name := range names {
+		b, a := outcomeOf(base, name), outcomeOf(head, name)
+		quorum := b.EtcdQuorumKept != a.EtcdQuorumKept
+		api := (b.APIServersLeft > 0) != (a.APIServersLeft > 0)
+		if !quorum && !api {
+			continue
+		}
+		worse := b.EtcdQuorumKept && !a.EtcdQuorumKept || b.APIServersLeft > 0 && a.APIServersLeft == 0
+		out = append(out, ZoneChange{Zone: name, Before: b, After: a, Worse: worse})
+	}
+	return out
+}
+
+// zoneOrder sorts zone names, the nodes without a zone ("") last.
+func zoneOrder(a, b string) int {
+	if (a == "") != (b == "") {
+		return cmp.Compare(b, a)
+	}
+	return cmp.Compare(a, b)
+}
+
+// Lines say what losing the zone costs now and cost before.
+func (z ZoneChange) Lines() []string {
+	lines := []string{"if " + zoneTitle(z.Zone) + " fails:"}
+	if z.Zone == "" {
+		lines[0] = "if the nodes without a zone fail:"
+	}
+	b, a := z.Before, z.After
+	if b.EtcdQuorumKept != a.EtcdQuorumKept {
+		lines = append(lines, fmt.Sprintf("etcd quorum %s → %s", verdict(b.EtcdQuorumKept), verdict(a.EtcdQuorumKept)),
+			fmt.Sprintf("%s of %s in it, was %s of %s", Thousands(a.EtcdMembers), counted(a.Members, "member"), Thousands(b.EtcdMembers), Thousands(b.Members)))
+	}
+	if (b.APIServersLeft > 0) != (a.APIServersLeft > 0) {
+		lines = append(lines, fmt.Sprintf("API servers left: %s of %s → %s of %s", Thousands(b.APIServersLeft), Thousands(b.APIServers), Thousands(a.APIServersLeft), Thousands(a.APIServers)))
+	}
+	return lines
+}
+
+// String is the change in a line.
+func (z ZoneChange) String() string {
+	l := z.Lines()
+	s := l[0] + " " + strings.Join(l[1:], "; ")
+	if z.Worse {
+		return s + " (worse)"
+	}
+	return s + " (better)"
+}
+
+func verdict(kept bool) string {
+	if kept {
+		return "kept"
+	}
+	return "lost"
 }
 
 // BeforeAfter is a setting on both sides.
@@ -90,14 +202,65 @@ func Compare(base, head *Topology, changed map[string]string) *Change {
 	if a, b := base.etcdMembers(), head.etcdMembers(); a != b {
 		c.Etcd = &BeforeAfter{Before: a, After: b}
 	}
+	c.Zones = compareZones(base.Zones, head.Zones)
 	return c
 }
 
 // Empty reports whether the change leaves the shape as it was.
-func (c *Change) Empty() bool { return len(c.Nodes) == 0 && c.Endpoint == nil && c.Etcd == nil }
+func (c *Change) Empty() bool {
+	return len(c.Nodes) == 0 && c.Endpoint == nil && c.Etcd == nil && len(c.Zones) == 0
+}
 
-// Mermaid is the change as a Mermaid flowchart, for a pull request.
-func (c *Change) Mermaid() string { return c.diagram().mermaid() }
+// Outcome styles mark a zone whose loss costs more (worse) or less
+// (better) after the change. Only the change's picture uses them, so they
+// are declared here rather than among the writers' shared styles.
+const (
+	styleWorse  style = "worse"
+	styleBetter style = "better"
+)
+
+// outcomeColours are the fill and stroke of a zone's outcome box and of
+// its frame: a stronger red or green than a removed or added node's.
+func outcomeColours(worse bool) (fill, stroke, frame string) {
+	if worse {
+		return "#ffcecb", "#a40e26", "#fff0ef"
+	}
+	return "#aceebb", "#116329", "#f0fff4"
+}
+
+// Mermaid is the change as a Mermaid flowchart, for a pull request. A
+// zone whose outcome changed gets its frame filled too (a subgraph takes
+// a style statement, not a class), so that the colour shows at a glance
+// even in a large picture.
+func (c *Change) Mermaid() string {
+	d := c.diagram()
+	var b strings.Builder
+	b.WriteString(d.mermaid())
+	used := map[bool]bool{}
+	for _, z := range c.Zones {
+		used[z.Worse] = true
+		_, stroke, frame := outcomeColours(z.Worse)
+		for _, g := range d.groups {
+			if g.title == zoneTitle(z.Zone) {
+				fmt.Fprintf(&b, "  style %s fill:%s,stroke:%s,stroke-width:3px\n", g.id, frame, stroke)
+			}
+		}
+	}
+	for _, worse := range []bool{true, false} {
+		if used[worse] {
+			fill, stroke, _ := outcomeColours(worse)
+			fmt.Fprintf(&b, "  classDef %s fill:%s,stroke:%s,stroke-width:2px,color:#1f2328\n", outcomeStyle(worse), fill, stroke)
+		}
+	}
+	return b.String()
+}
+
+func outcomeStyle(worse bool) style {
+	if worse {
+		return styleWorse
+	}
+	return styleBetter
+}
 
 func (e Endpoint) describe() string { return e.URL + ", served " + e.Served }
 
@@ -130,6 +293,15 @@ func (c *Change) diagram() diagram {
 		nodes               []NodeChange
 	}
 	byZone := map[string][]*entry{}
+	// A zone whose outcome changed is drawn even when none of its nodes
+	// changed: moving a member away from it can be what changed it.
+	outcomes := map[string]ZoneChange{}
+	for _, z := range c.Zones {
+		outcomes[z.Zone] = z
+		if _, ok := byZone[z.Zone]; !ok {
+			byZone[z.Zone] = nil
+		}
+	}
 	add := func(zone string, st style, n NodeChange, other string) {
 		for _, e := range byZone[zone] {
 			if e.st == st && e.other == other && e.pool == n.Pool && e.effect == n.Effect {
@@ -156,12 +328,7 @@ func (c *Change) diagram() diagram {
 	for z := range byZone {
 		names = append(names, z)
 	}
-	slices.SortFunc(names, func(a, b string) int {
-		if (a == "") != (b == "") {
-			return cmp.Compare(b, a)
-		}
-		return cmp.Compare(a, b)
-	})
+	slices.SortFunc(names, zoneOrder)
 	ids := idSource{}
 	// moves joins where a group of moved nodes went to where it was.
 	type move struct {
@@ -171,6 +338,9 @@ func (c *Change) diagram() diagram {
 	arrived, left := map[move]string{}, map[move]string{}
 	for zi, z := range names {
 		g := group{id: fmt.Sprintf("z%d", zi), title: zoneTitle(z)}
+		if o, ok := outcomes[z]; ok {
+			g.boxes = append(g.boxes, box{id: ids.next(), style: outcomeStyle(o.Worse), lines: o.Lines()})
+		}
 		order := []style{styleMoved, styleAdded, styleChanged, styleRemoved, styleMovedAway}
 		entries := byZone[z]
 		slices.SortStableFunc(entries, func(a, b *entry) int {
@@ -254,6 +424,6 @@ func collapsedChange(poolName string, ns []NodeChange, st style, other string) [
 	if poolName == "" {
 		title = "nodes"
 	}
-	lines := []string{title, count(len(ns)) + " " + statusLine(st, other), ns[0].Node + " … " + ns[len(ns)-1].Node}
+	lines := []string{title, Thousands(len(ns)) + " " + statusLine(st, other), ns[0].Node + " … " + ns[len(ns)-1].Node}
 	return append(lines, wrap(ns[0].Effect, wrapAt)...)
 }

@@ -3,6 +3,7 @@ package picture
 import (
 	"html"
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -90,11 +91,66 @@ func TestChangeCollapsesPools(t *testing.T) {
 	}
 	m := c.Mermaid()
 	for zone, n := range perZone {
-		if !strings.Contains(m, "pool echo<br/>"+count(n)+" added") {
+		if !strings.Contains(m, "pool echo<br/>"+Thousands(n)+" added") {
 			t.Errorf("zone %s: no box of %d added echo workers in\n%s", zone, n, m)
 		}
 	}
 	if strings.Contains(m, "echo-1001<br/>") {
 		t.Errorf("a worker of a collapsed pool is drawn alone:\n%s", m)
+	}
+}
+
+// TestChangeMarksZoneOutcome moves cp3 of ha-stacked from zone c into
+// zone b, which then holds two of the three etcd members: losing zone b
+// loses quorum where it did not. The change says so, and its picture
+// fills zone b (its frame and a box in it) in a colour no unchanged zone
+// has; the reverse change marks the same zone as better, in another.
+func TestChangeMarksZoneOutcome(t *testing.T) {
+	base := Of(fixture.Cluster(t, "ha-stacked", nil))
+	head := edited(t, "ha-stacked", map[string][]string{
+		"cluster.cue": {`cp3: {address: "10.0.0.13", mac: "52:54:00:00:00:13", zone: "c"}`, `cp3: {address: "10.0.0.13", mac: "52:54:00:00:00:13", zone: "b"}`},
+	})
+	worse := Compare(base, head, nil)
+	want := ZoneChange{Zone: "b", Worse: true,
+		Before: ZoneOutcome{EtcdMembers: 1, Members: 3, EtcdQuorumKept: true, APIServersLeft: 2, APIServers: 3},
+		After:  ZoneOutcome{EtcdMembers: 2, Members: 3, EtcdQuorumKept: false, APIServersLeft: 1, APIServers: 3}}
+	if len(worse.Zones) != 1 || worse.Zones[0] != want {
+		t.Fatalf("zones %+v, want only %+v", worse.Zones, want)
+	}
+	if got := worse.Zones[0].String(); got != "if zone b fails: etcd quorum kept → lost; 2 of 3 members in it, was 1 of 3 (worse)" {
+		t.Errorf("String() = %q", got)
+	}
+	better := Compare(head, base, nil)
+	if len(better.Zones) != 1 || better.Zones[0].Worse || better.Zones[0].Zone != "b" {
+		t.Fatalf("reverse: zones %+v, want zone b better", better.Zones)
+	}
+
+	for _, c := range []struct {
+		change      *Change
+		class, fill string
+	}{{worse, "worse", "#ffcecb"}, {better, "better", "#aceebb"}} {
+		m := c.change.Mermaid()
+		sub := regexp.MustCompile(`(?m)^  subgraph (z\d+)\["zone b"\]\n((?:    .*\n)*)  end\n`).FindStringSubmatch(m)
+		if sub == nil || !strings.Contains(sub[2], "[\"if zone b fails:<br/>etcd quorum ") || !strings.Contains(sub[2], "\"]:::"+c.class+"\n") {
+			t.Fatalf("%s: zone b has no %s outcome box:\n%s", c.class, c.class, m)
+		}
+		if !strings.Contains(m, "  classDef "+c.class+" fill:"+c.fill+",") {
+			t.Errorf("%s: no classDef with fill %s:\n%s", c.class, c.fill, m)
+		}
+		if strings.Count(m, "  style ") != 1 || !strings.Contains(m, "  style "+sub[1]+" fill:") {
+			t.Errorf("%s: only zone b's frame is filled:\n%s", c.class, m)
+		}
+		fill, _ := colours(styleUnchanged)
+		if fill == c.fill {
+			t.Errorf("%s: the outcome colour is the unchanged one", c.class)
+		}
+	}
+
+	// Adding a worker changes no zone's outcome.
+	grown := edited(t, "ha-stacked", map[string][]string{
+		"workers.cue": {"count:        6", "count:        7", `"52:54:00:00:01:15",`, `"52:54:00:00:01:15", "52:54:00:00:01:16",`},
+	})
+	if c := Compare(base, grown, nil); len(c.Zones) != 0 || strings.Contains(c.Mermaid(), "classDef worse") {
+		t.Errorf("a worker added: zones %+v", c.Zones)
 	}
 }

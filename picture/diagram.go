@@ -107,7 +107,7 @@ const wrapAt = 44
 // its nodes (pools collapsed) and what losing it costs, etcd and the
 // networks below.
 func (t *Topology) diagram() diagram {
-	d := diagram{title: fmt.Sprintf("cluster %s, Kubernetes %s, %s nodes", t.Name, t.Version, count(len(t.Nodes)))}
+	d := diagram{title: fmt.Sprintf("cluster %s, Kubernetes %s, %s nodes", t.Name, t.Version, Thousands(len(t.Nodes)))}
 	ids := idSource{}
 	endpoint := box{id: "api", style: styleEndpoint, lines: append([]string{"API endpoint", t.Endpoint.URL}, wrap("served "+t.Endpoint.Served, wrapAt)...)}
 	d.top = append(d.top, endpoint)
@@ -308,13 +308,13 @@ func (t *Topology) lossLines(z zones.Zone) []string {
 		if !z.EtcdQuorumAfterLoss {
 			verdict = "quorum lost"
 		}
-		lines = append(lines, fmt.Sprintf("etcd: %s of %s left, %s", count(left), counted(a.Members, "member"), verdict))
+		lines = append(lines, fmt.Sprintf("etcd: %s of %s left, %s", Thousands(left), counted(a.Members, "member"), verdict))
 	}
 	if a.APIServers > 0 {
-		lines = append(lines, fmt.Sprintf("API servers: %s of %s left", count(a.APIServers-z.APIServers), count(a.APIServers)))
+		lines = append(lines, fmt.Sprintf("API servers: %s of %s left", Thousands(a.APIServers-z.APIServers), Thousands(a.APIServers)))
 	}
 	if a.Workers > 0 {
-		lines = append(lines, fmt.Sprintf("workers: %s of %s lost, %d%% of the workers' CPUs", count(z.Workers), count(a.Workers), z.WorkerCapacityLostPercent))
+		lines = append(lines, fmt.Sprintf("workers: %s of %s lost, %d%% of the workers' CPUs", Thousands(z.Workers), Thousands(a.Workers), z.WorkerCapacityLostPercent))
 	}
 	return lines
 }

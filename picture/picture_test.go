@@ -158,7 +158,7 @@ func labels(c *ir.Cluster) []string {
 		if k.pool == "" {
 			title = "workers"
 		}
-		out = append(out, title, fmt.Sprintf("%s workers", count(len(names))))
+		out = append(out, title, fmt.Sprintf("%s workers", Thousands(len(names))))
 	}
 	slices.Sort(out)
 	return slices.Compact(out)

@@ -116,14 +116,14 @@ func counted(n int, thing string) string {
 	if n == 1 {
 		return "1 " + thing
 	}
-	return count(n) + " " + thing + "s"
+	return Thousands(n) + " " + thing + "s"
 }
 
-// count writes n with thousands separators, as the README's tables do.
-func count(n int) string {
+// Thousands writes n with thousands separators, as the docs' tables do.
+func Thousands(n int) string {
 	s := fmt.Sprint(n)
 	if n < 0 {
-		return "-" + count(-n)
+		return "-" + Thousands(-n)
 	}
 	var b strings.Builder
 	for i, r := range s {

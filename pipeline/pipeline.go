@@ -70,6 +70,15 @@ type Input struct {
 	Targets []Target
 	// Systemd says where the systemd tree will live.
 	Systemd systemd.Options
+	// Stage, when set, is told each stage as it starts, for a progress
+	// display; it must not block.
+	Stage func(what string)
+}
+
+func (in Input) stage(format string, args ...any) {
+	if in.Stage != nil {
+		in.Stage(fmt.Sprintf(format, args...))
+	}
 }
 
 // Output is what a run produced. With an error among the diagnostics
@@ -89,6 +98,7 @@ type Output struct {
 // artifact that does not verify).
 func Run(in Input) (*Output, error) {
 	out := &Output{Trees: map[Target]*targets.Tree{}}
+	in.stage("compiling %s", in.Source.Dir)
 	c, diags := compiler.Compile(in.Source)
 	if c == nil {
 		out.Diagnostics = diags
@@ -100,6 +110,7 @@ func Run(in Input) (*Output, error) {
 		out.Diagnostics = diags.Sorted()
 		return out, nil
 	}
+	in.stage("issuing the PKI of %d nodes", len(c.Nodes))
 	m, err := pki.Issue(c, in.Bundle)
 	if err != nil {
 		return nil, fmt.Errorf("kcompile bug: %w", err)
@@ -120,6 +131,7 @@ func Run(in Input) (*Output, error) {
 		if !want[t] {
 			continue
 		}
+		in.stage("building the %s target of %d nodes", t, len(c.Nodes))
 		tree, d, err := build(t, m, out.Trees, in.Systemd)
 		if err != nil {
 			return nil, fmt.Errorf("kcompile bug: the %s target: %w", t, err)

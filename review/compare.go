@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/kcompile/kcompile/compiler/diag"
 	"github.com/kcompile/kcompile/picture"
 	"github.com/kcompile/kcompile/targets"
 	"github.com/kcompile/kcompile/targets/cloudinit"
@@ -78,16 +79,25 @@ type Report struct {
 	// Steps are what the change needs beyond its restarts, in order, for
 	// settings a restart does not apply.
 	Steps []Step `json:"steps,omitempty"`
-	// Policies are the organisation policies' violations the change
-	// introduces or fixes, when both sides were held to them.
-	PoliciesChecked bool           `json:"policiesChecked,omitempty"`
-	Policies        []PolicyChange `json:"policies,omitempty"`
-	Files           []FileChange   `json:"files"`
+	// ChecksCompared and PoliciesChecked say which findings both sides
+	// were compared by: kcompile's check diagnostics, the organisation
+	// policies' violations.
+	ChecksCompared  bool `json:"checksCompared,omitempty"`
+	PoliciesChecked bool `json:"policiesChecked,omitempty"`
+	// Findings are the check diagnostics and policy violations the change
+	// introduces, then those it fixes.
+	Findings []FindingChange `json:"findings,omitempty"`
+	// NotCompared says what the comparison left out and why; empty when
+	// nothing was.
+	NotCompared []string     `json:"notCompared,omitempty"`
+	Files       []FileChange `json:"files"`
 }
 
-// Equal reports whether the trees had no difference.
+// Equal reports whether the sides had no difference: no file, no etcd
+// membership, no zone's outcome and no finding.
 func (r *Report) Equal() bool {
-	return len(r.Files) == 0 && (r.Etcd == nil || !r.Etcd.Changed()) && len(r.Policies) == 0
+	return len(r.Files) == 0 && (r.Etcd == nil || !r.Etcd.Changed()) && len(r.Findings) == 0 &&
+		(r.Topology == nil || len(r.Topology.Zones) == 0)
 }
 
 // Options tune a comparison.
@@ -95,6 +105,11 @@ type Options struct {
 	// IgnoreModes compares contents only: git keeps no file modes, so a
 	// golden directory has none.
 	IgnoreModes bool
+	// ThrowawayKeys says both sides were compiled with one bundle made for
+	// the comparison, not the cluster's: key material is not compared (a
+	// hash of a throwaway key tells a reviewer nothing), and certificates
+	// only by identity (subject, issuer, SANs, usages, validity length).
+	ThrowawayKeys bool
 }
 
 // Side is one side of a comparison: a tree and the cluster facts the
@@ -109,9 +124,14 @@ type Side struct {
 	// Facts are the settings a restart does not apply; nil when the
 	// side is a bare tree (a golden directory).
 	Facts *Facts
-	// Violations are the organisation policies the side breaks; nil when
-	// no policy was checked.
-	Violations []Violation
+	// Checks are the side's check diagnostics (warnings: a side with an
+	// error does not compile); nil when the side was not checked (a bare
+	// tree).
+	Checks diag.List
+	// Policies are the organisation policies' violations of the side, as
+	// diagnostics under the policies' ids; nil when no policy was
+	// checked.
+	Policies diag.List
 	// Topology is the compiled cluster's shape, for the picture of what
 	// the change touches; nil when the side is a bare tree.
 	Topology *picture.Topology
@@ -126,6 +146,7 @@ type EndpointChange struct {
 // Compare compares two trees.
 func Compare(base, head Side, opts Options) *Report {
 	r := &Report{Base: base.Label, Head: head.Label, Files: []FileChange{}}
+	v := viewer{throwaway: opts.ThrowawayKeys}
 	a, b := files(base.Tree), files(head.Tree)
 	for _, p := range unionKeys(a, b) {
 		fa, inA := a[p]
@@ -156,7 +177,7 @@ func Compare(base, head Side, opts Options) *Report {
 			fc.Details = append(fc.Details, fmt.Sprintf("mode: %04o → %04o", modeA, modeB))
 		}
 		if !bytes.Equal(old, new) || fc.Status != Modified {
-			details, unified := view(fc.Kind, p, old, new, inA, inB)
+			details, unified := v.view(fc.Kind, p, old, new, inA, inB)
 			fc.Details = append(fc.Details, details...)
 			fc.Unified = unified
 		}
@@ -182,9 +203,27 @@ func Compare(base, head Side, opts Options) *Report {
 			r.Topology = c
 		}
 	}
-	if base.Violations != nil && head.Violations != nil {
+	if base.Checks != nil && head.Checks != nil {
+		r.ChecksCompared = true
+		r.Findings = append(r.Findings, compareFindings(SourceCheck, base.Checks, head.Checks)...)
+	}
+	if base.Policies != nil && head.Policies != nil {
 		r.PoliciesChecked = true
-		r.Policies = comparePolicies(base.Violations, head.Violations)
+		r.Findings = append(r.Findings, compareFindings(SourcePolicy, base.Policies, head.Policies)...)
+	}
+	sortFindings(r.Findings)
+	if r.Etcd != nil && r.Topology != nil {
+		for _, z := range r.Topology.Zones {
+			if z.Before.EtcdQuorumKept != z.After.EtcdQuorumKept {
+				r.Etcd.Zones = append(r.Etcd.Zones, z)
+			}
+		}
+	}
+	if opts.ThrowawayKeys {
+		r.NotCompared = []string{
+			"key material (private keys, tokens, encryption keys, every file shown as a secret): both sides were compiled with one throwaway bundle, not the cluster's (no --secrets)",
+			"certificates' keys, serial numbers, signatures and dates: certificates are compared by identity (subject, issuer, SANs, usages, validity length)",
+		}
 	}
 	return r
 }
@@ -214,8 +253,11 @@ func fileKind(p string, old []byte, modeA fs.FileMode, new []byte, modeB fs.File
 	return KindText
 }
 
+// viewer shows changed files; throwaway is Options.ThrowawayKeys.
+type viewer struct{ throwaway bool }
+
 // view renders a changed file in its kind.
-func view(k Kind, p string, old, new []byte, inA, inB bool) ([]string, string) {
+func (v viewer) view(k Kind, p string, old, new []byte, inA, inB bool) ([]string, string) {
 	unified := func() string {
 		oldName, newName := "a/"+p, "b/"+p
 		if !inA {
@@ -228,17 +270,17 @@ func view(k Kind, p string, old, new []byte, inA, inB bool) ([]string, string) {
 	}
 	switch k {
 	case KindSecret:
-		return secretLines(old, new), ""
+		return v.secretLines(old, new), ""
 	case KindBinary:
 		return []string{"content: " + change(hashOrEmpty(old), hashOrEmpty(new)) + " (binary)"}, ""
 	case KindCertificate:
-		return certLines(old, new), ""
+		return v.certLines(old, new), ""
 	case KindKubeconfig:
-		return kubeconfigLines(old, new), ""
+		return v.kubeconfigLines(old, new), ""
 	case KindUserData:
-		return configLines(cloudinit.Decode, "write_files", old, new), ""
+		return v.configLines(cloudinit.Decode, "write_files", old, new), ""
 	case KindIgnition:
-		return configLines(ignition.Decode, "storage.files", old, new), ""
+		return v.configLines(ignition.Decode, "storage.files", old, new), ""
 	case KindUnit:
 		if inA && inB {
 			return unitLines(old, new), unified()
@@ -490,10 +532,13 @@ func configAffects(decode decoder, old, new []byte) []string {
 // configLines describes a node config (user-data, Ignition) by the files
 // it writes, each in its own kind, and then the rest of its config, which
 // names its files' field.
-func configLines(decode decoder, filesField string, old, new []byte) []string {
+func (v viewer) configLines(decode decoder, filesField string, old, new []byte) []string {
 	da, errA := decodeOrEmpty(decode, old)
 	db, errB := decodeOrEmpty(decode, new)
 	if errA != nil || errB != nil {
+		if v.throwaway {
+			return []string{"content: " + notCompared + " (not decodable)"}
+		}
 		return []string{"content: " + change(hashOrEmpty(old), hashOrEmpty(new)) + " (not decodable; holds secrets, not shown)"}
 	}
 	var out []string
@@ -518,7 +563,7 @@ func configLines(decode decoder, filesField string, old, new []byte) []string {
 		if bytes.Equal(a.Data, b.Data) {
 			continue
 		}
-		details, unified := view(k, strings.TrimPrefix(p, "/"), a.Data, b.Data, inA, inB)
+		details, unified := v.view(k, strings.TrimPrefix(p, "/"), a.Data, b.Data, inA, inB)
 		for _, d := range details {
 			out = append(out, "  "+d)
 		}
@@ -533,6 +578,9 @@ func configLines(decode decoder, filesField string, old, new []byte) []string {
 		}
 	}
 	if len(out) == 0 {
+		if v.throwaway {
+			return []string{"content: the same files and config, encoded differently"}
+		}
 		out = append(out, "content: "+change(hashOrEmpty(old), hashOrEmpty(new))+" (the same files and config, encoded differently)")
 	}
 	return out

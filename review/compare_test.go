@@ -162,7 +162,7 @@ func TestSecretsAreHashed(t *testing.T) {
 		rep := Compare(Side{Tree: a}, Side{Tree: b}, Options{})
 		var out bytes.Buffer
 		rep.WriteText(&out, false)
-		rep.WriteMarkdown(&out)
+		rep.WriteMarkdown(&out, MarkdownOptions{})
 		rep.WriteJSON(&out)
 		if strings.Contains(out.String(), "SECRETBYTES") || rep.Files[0].Kind != KindSecret {
 			t.Errorf("%s leaked or was not a secret (%s):\n%s", c.name, rep.Files[0].Kind, out.String())

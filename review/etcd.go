@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/kcompile/kcompile/picture"
 )
 
 // EtcdMember is one etcd member as the summary shows it.
@@ -23,6 +25,10 @@ type EtcdChange struct {
 	Added   []string `json:"added,omitempty"`
 	Removed []string `json:"removed,omitempty"`
 	Moved   []string `json:"moved,omitempty"`
+	// Zones are the zones whose loss keeps the quorum on one side and
+	// loses it on the other: moving a node between zones changes no
+	// member, and can still leave a zone holding a quorum.
+	Zones []picture.ZoneChange `json:"zones,omitempty"`
 }
 
 // Quorum is a membership's size, quorum and fault tolerance.
@@ -86,9 +92,25 @@ func compareEtcd(a, b []EtcdMember) *EtcdChange {
 	return e
 }
 
-// Summary is one line on the membership.
+// Summary is one line on the membership and on the zones whose loss it
+// survives differently.
 func (e *EtcdChange) Summary() string {
+	var zones string
+	for _, z := range e.Zones {
+		what := "zone " + z.Zone + " fails"
+		if z.Zone == "" {
+			what = "the nodes without a zone fail"
+		}
+		was, now := "kept", "lost"
+		if z.After.EtcdQuorumKept {
+			was, now = now, was
+		}
+		zones += fmt.Sprintf("; quorum %s if %s (%s before)", now, what, was)
+	}
 	if !e.Changed() {
+		if zones != "" {
+			return e.After.String() + ", membership unchanged" + zones
+		}
 		return e.After.String() + ", unchanged"
 	}
 	s := e.Before.String() + " → " + e.After.String()
@@ -102,7 +124,7 @@ func (e *EtcdChange) Summary() string {
 	if len(e.Moved) > 0 {
 		parts = append(parts, "moved "+strings.Join(e.Moved, ", "))
 	}
-	return s + "; " + strings.Join(parts, "; ")
+	return s + "; " + strings.Join(parts, "; ") + zones
 }
 
 // notes warns about rolling out the change: restarting more members at

@@ -3,13 +3,18 @@ package review
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/kcompile/kcompile/compiler/diag"
 	"io"
 	"strings"
+	"unicode/utf8"
+
+	"github.com/kcompile/kcompile/compiler/diag"
+	"github.com/kcompile/kcompile/picture"
 )
 
 // summaryLines are the report's summary, shared by text and markdown.
-func (r *Report) summaryLines() []string {
+// With keep > 0 a list of nodes names its first keep nodes and counts
+// the rest, for a comment that must stay short.
+func (r *Report) summaryLines(keep int) []string {
 	var added, removed, changed []string
 	for _, n := range r.Nodes {
 		switch n.Status {
@@ -22,8 +27,11 @@ func (r *Report) summaryLines() []string {
 		}
 	}
 	list := func(xs []string) string {
-		if len(xs) == 0 {
+		switch {
+		case len(xs) == 0:
 			return ""
+		case keep > 0 && len(xs) > keep:
+			return fmt.Sprintf(" (%s and %d more)", strings.Join(xs[:keep], ", "), len(xs)-keep)
 		}
 		return " (" + strings.Join(xs, ", ") + ")"
 	}
@@ -31,6 +39,11 @@ func (r *Report) summaryLines() []string {
 		len(added), list(added), len(removed), list(removed), len(changed), list(changed))}
 	if r.Etcd != nil {
 		out = append(out, "etcd: "+r.Etcd.Summary())
+	}
+	if r.Topology != nil {
+		for _, z := range r.Topology.Zones {
+			out = append(out, "failure domain: "+z.String())
+		}
 	}
 	if r.Endpoint != nil {
 		out = append(out, fmt.Sprintf("endpoint: %s → %s", r.Endpoint.Before, r.Endpoint.After))
@@ -115,8 +128,23 @@ func (r *Report) WriteText(w io.Writer, colour bool) error {
 	fmt.Fprintf(&b, "kcompile diff %s → %s\n", r.Base, r.Head)
 	if r.Equal() {
 		b.WriteString("no differences\n")
+		for _, n := range r.NotCompared {
+			b.WriteString("not compared: " + n + "\n")
+		}
 	} else {
-		for i, l := range r.summaryLines() {
+		// What got worse first: it is what a reviewer must not miss.
+		if r.showFindings() {
+			b.WriteString(r.findingsTitle() + "\n")
+			for _, f := range r.Findings {
+				for _, l := range f.lines() {
+					b.WriteString(l + "\n")
+				}
+			}
+		}
+		for _, n := range r.NotCompared {
+			b.WriteString("not compared: " + n + "\n")
+		}
+		for i, l := range r.summaryLines(0) {
 			b.WriteString(l + "\n")
 			if i == 0 {
 				for _, n := range r.Nodes {
@@ -126,9 +154,6 @@ func (r *Report) WriteText(w io.Writer, colour bool) error {
 		}
 		for _, n := range r.Notes {
 			b.WriteString("note: " + n + "\n")
-		}
-		for _, l := range r.policyLines() {
-			b.WriteString(l + "\n")
 		}
 		if len(r.Steps) > 0 {
 			b.WriteString("how the change takes effect (beyond the restarts):\n")
@@ -170,6 +195,10 @@ func colourise(text string) string {
 			b.WriteString(p.bold + body + p.reset + nl)
 		case strings.HasPrefix(body, "@@"):
 			b.WriteString(p.cyan + body + p.reset + nl)
+		case strings.HasPrefix(body, "  "+Introduces+" "):
+			b.WriteString(p.red + body + p.reset + nl)
+		case strings.HasPrefix(body, "  "+Fixes+" "):
+			b.WriteString(p.green + body + p.reset + nl)
 		case strings.HasPrefix(body, "+"):
 			b.WriteString(p.green + body + p.reset + nl)
 		case strings.HasPrefix(body, "-"):
@@ -181,62 +210,234 @@ func colourise(text string) string {
 	return b.String()
 }
 
-// WriteMarkdown prints the report as a pull-request comment: the summary
-// and a table of nodes, then each node's files in a collapsed section.
-func (r *Report) WriteMarkdown(w io.Writer) error {
-	var b strings.Builder
-	fmt.Fprintf(&b, "### kcompile diff `%s` → `%s`\n\n", r.Base, r.Head)
+// DefaultMaxMarkdown is the size a Markdown report keeps under by
+// default, in characters: GitHub refuses a pull-request comment above
+// 65,536, and a bot's comment often has a line or two of its own.
+const DefaultMaxMarkdown = 60000
+
+// MarkdownOptions shape a pull-request comment.
+type MarkdownOptions struct {
+	// MaxSize bounds the comment, in characters; 0 leaves it unbounded.
+	// Above it, the files' details are cut first (whole files, in
+	// order), then the summary's lists of nodes, the node table, the
+	// steps' commands and the findings, each saying what it left out;
+	// the title and the picture stay.
+	MaxSize int
+	// TextCommand prints the whole report as text: the comment names it
+	// for what it left out.
+	TextCommand string
+}
+
+// mdPart is one section of the comment: render(k) writes it with its
+// first k items (k == n: all of them), saying what it left out.
+type mdPart struct {
+	n      int
+	render func(k int) string
+}
+
+// WriteMarkdown prints the report as a pull-request comment: what the
+// change introduces and fixes, what was not compared, the picture, the
+// summary, the steps and a table of nodes, then each node's files in a
+// collapsed section. A collapsed section still counts toward the size a
+// comment may have, so above opts.MaxSize parts are cut, not folded.
+func (r *Report) WriteMarkdown(w io.Writer, opts MarkdownOptions) error {
+	title := fmt.Sprintf("### kcompile diff `%s` → `%s`\n\n", r.Base, r.Head)
 	if r.Equal() {
-		b.WriteString("No differences.\n")
-		_, err := io.WriteString(w, b.String())
+		out := title + "No differences.\n"
+		if len(r.NotCompared) > 0 {
+			out += "\n" + r.mdNotCompared()
+		}
+		_, err := io.WriteString(w, diag.Printable(out, 0, '\n'))
 		return err
 	}
+	rest := "run " + mdCode(opts.TextCommand) + " for them"
+	if opts.TextCommand == "" {
+		rest = "the text output has them"
+	}
+	bound := ""
+	if opts.MaxSize > 0 {
+		bound = fmt.Sprintf(" to keep this comment under %s characters", picture.Thousands(opts.MaxSize))
+	}
+	fixed := func(s string) mdPart { return mdPart{render: func(int) string { return s }} }
+	picture := ""
 	if r.Topology != nil {
 		// GitHub and GitLab render a mermaid block as its picture; the
 		// picture's labels are entity-encoded, so no text ends the fence.
-		b.WriteString("```mermaid\n" + r.Topology.Mermaid() + "```\n\n")
+		picture = "```mermaid\n" + r.Topology.Mermaid() + "```\n\n"
 	}
-	for _, l := range r.summaryLines() {
-		b.WriteString("- " + mdEscape(l) + "\n")
+	summary := mdPart{n: 1, render: func(k int) string {
+		keep := 0
+		if k == 0 {
+			keep = 10
+		}
+		var b strings.Builder
+		for _, l := range r.summaryLines(keep) {
+			b.WriteString("- " + mdEscape(l) + "\n")
+		}
+		for _, n := range r.Notes {
+			b.WriteString("- **note:** " + mdEscape(n) + "\n")
+		}
+		return b.String()
+	}}
+	findings := mdPart{n: len(r.Findings), render: func(k int) string { return r.mdFindings(k, bound, rest) }}
+	steps := mdPart{n: r.actions(), render: func(k int) string { return r.mdSteps(k, bound, rest) }}
+	table := mdPart{n: len(r.Nodes), render: func(k int) string { return r.mdTable(k, bound) }}
+	files := mdPart{n: len(r.Files), render: func(k int) string { return r.mdFiles(k, bound, rest) }}
+	parts := []mdPart{fixed(title), findings, fixed(r.mdNotCompared()), fixed(picture), summary, steps, table, files}
+	// The least useful part is cut first: the files' diffs, the
+	// summary's lists of nodes (the table names them too), the table, the
+	// steps' commands and last the findings.
+	cut := []int{7, 4, 6, 5, 1}
+
+	keep := make([]int, len(parts))
+	size := make([]int, len(parts))
+	total := 0
+	for i, p := range parts {
+		keep[i] = p.n
+		size[i] = mdSize(p.render(p.n))
+		total += size[i]
 	}
-	for _, n := range r.Notes {
-		b.WriteString("- **note:** " + mdEscape(n) + "\n")
-	}
-	if r.PoliciesChecked {
-		lines := r.policyLines()
-		b.WriteString("- " + mdEscape(lines[0]) + "\n")
-		for _, p := range r.Policies {
-			at := ""
-			if p.Path != "" {
-				at = " at " + mdEscape(p.Path)
+	for _, i := range cut {
+		if opts.MaxSize <= 0 || total <= opts.MaxSize {
+			break
+		}
+		others := total - size[i]
+		// The largest k that fits: sizes grow with k.
+		lo, hi := 0, parts[i].n
+		for lo < hi {
+			mid := (lo + hi + 1) / 2
+			if others+mdSize(parts[i].render(mid)) <= opts.MaxSize {
+				lo = mid
+			} else {
+				hi = mid - 1
 			}
-			fmt.Fprintf(&b, "  - **%s** %s (%s)%s: %s\n", p.Change, mdCode(p.ID), p.Severity, at, mdEscape(p.Message))
+		}
+		keep[i] = lo
+		size[i] = mdSize(parts[i].render(lo))
+		total = others + size[i]
+	}
+	var b strings.Builder
+	for i, p := range parts {
+		b.WriteString(diag.Printable(p.render(keep[i]), 0, '\n'))
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// mdSize is the characters a part of the comment takes once printed.
+func mdSize(s string) int { return utf8.RuneCountInString(diag.Printable(s, 0, '\n')) }
+
+// mdFindings is the section on the findings, its first k listed.
+func (r *Report) mdFindings(k int, bound, rest string) string {
+	if !r.showFindings() {
+		return ""
+	}
+	var b strings.Builder
+	t := r.findingsTitle()
+	name, counts, _ := strings.Cut(t, ": ")
+	fmt.Fprintf(&b, "**%s%s:** %s\n\n", strings.ToUpper(name[:1]), mdEscape(name[1:]), mdEscape(counts))
+	for _, f := range r.Findings[:k] {
+		where := ""
+		if f.Path != "" {
+			where = " at " + mdEscape(oneLine(f.Path))
+		}
+		if len(f.Positions) > 0 {
+			where += " (" + mdCode(f.Positions[0]) + ")"
+		}
+		what := mdEscape(f.Severity) + " " + mdCode(f.Code)
+		if f.Source == SourcePolicy {
+			what = "policy " + mdCode(f.Code) + " (" + mdEscape(f.Severity) + ")"
+		}
+		fmt.Fprintf(&b, "- **%s** %s%s: %s\n", f.Change, what, where, mdEscape(oneLine(f.Message)))
+		if f.Hint != "" {
+			b.WriteString("  - hint: " + mdEscape(oneLine(f.Hint)) + "\n")
 		}
 	}
-	if len(r.Steps) > 0 {
-		b.WriteString("\n**How the change takes effect** (beyond the restarts):\n\n")
-		for i, s := range r.Steps {
-			fmt.Fprintf(&b, "%d. **%s**: %s\n", i+1, mdEscape(s.Setting), mdEscape(s.Why))
-			for _, a := range s.Actions {
-				b.WriteString("   - " + mdEscape(a) + "\n")
-			}
-		}
+	if left := len(r.Findings) - k; left > 0 {
+		fmt.Fprintf(&b, "- … %d more left out%s; %s\n", left, bound, rest)
 	}
-	if len(r.Nodes) > 0 {
+	b.WriteString("\n")
+	return b.String()
+}
+
+// mdNotCompared says what the comparison left out.
+func (r *Report) mdNotCompared() string {
+	if len(r.NotCompared) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("**Not compared:**\n\n")
+	for _, n := range r.NotCompared {
+		b.WriteString("- " + mdEscape(n) + "\n")
+	}
+	b.WriteString("\n")
+	return b.String()
+}
+
+// actions counts the steps' commands.
+func (r *Report) actions() int {
+	n := 0
+	for _, s := range r.Steps {
+		n += len(s.Actions)
+	}
+	return n
+}
+
+// mdSteps is how the change takes effect, with its first k commands.
+func (r *Report) mdSteps(k int, bound, rest string) string {
+	if len(r.Steps) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("\n**How the change takes effect** (beyond the restarts):\n\n")
+	for i, s := range r.Steps {
+		fmt.Fprintf(&b, "%d. **%s**: %s\n", i+1, mdEscape(s.Setting), mdEscape(s.Why))
+		shown := min(k, len(s.Actions))
+		for _, a := range s.Actions[:shown] {
+			b.WriteString("   - " + mdEscape(a) + "\n")
+		}
+		if left := len(s.Actions) - shown; left > 0 {
+			fmt.Fprintf(&b, "   - … %d more left out%s; %s\n", left, bound, rest)
+		}
+		k -= shown
+	}
+	return b.String()
+}
+
+// mdTable is the table of nodes, its first k rows.
+func (r *Report) mdTable(k int, bound string) string {
+	if len(r.Nodes) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	if k > 0 {
 		b.WriteString("\n| Node | Change | Files | Restarts | Starts | Stops |\n|---|---|---|---|---|---|\n")
-		for _, n := range r.Nodes {
-			status := string(n.Status)
-			if n.Reprovision {
-				status += ", reprovision"
-				if len(n.Affects) > 0 {
-					status += " (affects " + mdEscape(strings.Join(n.Affects, ", ")) + ")"
-				}
-			}
-			fmt.Fprintf(&b, "| %s | %s | %d | %s | %s | %s |\n", mdEscape(n.Node), status, n.Files,
-				mdList(n.Restarts), mdList(n.Starts), mdList(n.Stops))
-		}
 	}
-	// Files grouped by node, cluster files first.
+	for _, n := range r.Nodes[:k] {
+		status := string(n.Status)
+		if n.Reprovision {
+			status += ", reprovision"
+			if len(n.Affects) > 0 {
+				status += " (affects " + mdEscape(strings.Join(n.Affects, ", ")) + ")"
+			}
+		}
+		fmt.Fprintf(&b, "| %s | %s | %d | %s | %s | %s |\n", mdEscape(n.Node), status, n.Files,
+			mdList(n.Restarts), mdList(n.Starts), mdList(n.Stops))
+	}
+	if left := len(r.Nodes) - k; left > 0 {
+		more := ""
+		if k > 0 {
+			more = " more"
+		}
+		fmt.Fprintf(&b, "\n%d%s node%s left out of the table%s; the summary counts them.\n", left, more, plural(left), bound)
+	}
+	return b.String()
+}
+
+// mdFiles is the files grouped by node, cluster files first, each group
+// collapsed; the first k files only, and then what was left out.
+func (r *Report) mdFiles(k int, bound, rest string) string {
+	var b strings.Builder
 	groups := map[string][]FileChange{}
 	var order []string
 	for _, f := range r.Files {
@@ -246,14 +447,27 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 		}
 		groups[key] = append(groups[key], f)
 	}
+	shown := 0
+	leftNodes := 0
 	for _, key := range order {
+		fs := groups[key]
+		n := min(len(fs), k-shown)
+		if n < len(fs) && key != "" {
+			leftNodes++
+		}
+		if n <= 0 {
+			continue
+		}
 		title := "cluster"
 		if key != "" {
 			title = "node " + key
 		}
-		fs := groups[key]
-		fmt.Fprintf(&b, "\n<details><summary>%s: %d file%s</summary>\n\n", mdEscape(title), len(fs), plural(len(fs)))
-		for _, f := range fs {
+		count := fmt.Sprintf("%d file%s", len(fs), plural(len(fs)))
+		if n < len(fs) {
+			count = fmt.Sprintf("%d of %d files", n, len(fs))
+		}
+		fmt.Fprintf(&b, "\n<details><summary>%s: %s</summary>\n\n", mdEscape(title), count)
+		for _, f := range fs[:n] {
 			fmt.Fprintf(&b, "**`%s`** %s, %s\n\n", f.Path, f.Kind, f.Status)
 			for _, d := range f.Details {
 				b.WriteString("- " + mdCode(d) + "\n")
@@ -270,9 +484,16 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 			}
 		}
 		b.WriteString("</details>\n")
+		shown += n
 	}
-	_, err := io.WriteString(w, diag.Printable(b.String(), 0, '\n'))
-	return err
+	if left := len(r.Files) - shown; left > 0 {
+		of := ""
+		if leftNodes > 0 {
+			of = fmt.Sprintf(" (from %d node%s)", leftNodes, plural(leftNodes))
+		}
+		fmt.Fprintf(&b, "\n**%d of %d files' diffs left out**%s%s; %s.\n", left, len(r.Files), of, bound, rest)
+	}
+	return b.String()
 }
 
 // WriteJSON prints the report as data.

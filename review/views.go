@@ -136,8 +136,31 @@ func change(old, new string) string {
 	return old + " → " + new
 }
 
-// secretLines describes a secret file: its kind of key, never its bytes.
-func secretLines(old, new []byte) []string {
+// notCompared replaces what a comparison with throwaway keys cannot say.
+const notCompared = "not compared (no --secrets)"
+
+// secretLines describes a secret file: its kind of key, never its bytes;
+// with throwaway keys not even their hash, which would name a key no
+// cluster has.
+func (v viewer) secretLines(old, new []byte) []string {
+	if v.throwaway {
+		kind := func(b []byte) string {
+			if b == nil {
+				return ""
+			}
+			if what := keyKind(b); what != "" {
+				return what
+			}
+			return "secret"
+		}
+		what := kind(old)
+		if ka, kb := kind(old), kind(new); ka == "" || kb == "" {
+			what = ka + kb
+		} else if ka != kb {
+			what = ka + " → " + kb
+		}
+		return []string{"content: " + what + ", " + notCompared}
+	}
 	desc := func(b []byte) string {
 		if b == nil {
 			return ""
@@ -244,8 +267,10 @@ func certUsages(c *x509.Certificate) []string {
 }
 
 // certLines describes how a certificate changed, field by field; for an
-// added or removed one, what it is.
-func certLines(old, new []byte) []string {
+// added or removed one, what it is. With throwaway keys it is compared by
+// identity: subject, issuer, SANs, usages, algorithm and how long it is
+// valid, never its key, serial, signature or dates.
+func (v viewer) certLines(old, new []byte) []string {
 	a, b := parseCert(old), parseCert(new)
 	switch {
 	case a == nil && b == nil:
@@ -262,7 +287,7 @@ func certLines(old, new []byte) []string {
 			"subject: " + c.Subject.String(),
 			"issuer: " + c.Issuer.String(),
 			"SANs: " + orNone(strings.Join(certSANs(c), ", ")),
-			"validity: " + validity(c),
+			"validity: " + v.validity(c),
 			"algorithm: " + certAlgorithm(c),
 			"usages: " + strings.Join(certUsages(c), ", "),
 		}
@@ -281,8 +306,8 @@ func certLines(old, new []byte) []string {
 	for _, s := range removed {
 		out = append(out, "SAN removed: "+s)
 	}
-	if validity(a) != validity(b) {
-		out = append(out, "validity: "+change(validity(a), validity(b)))
+	if v.validity(a) != v.validity(b) {
+		out = append(out, "validity: "+change(v.validity(a), v.validity(b)))
 	}
 	if certAlgorithm(a) != certAlgorithm(b) {
 		out = append(out, "algorithm: "+change(certAlgorithm(a), certAlgorithm(b)))
@@ -292,6 +317,12 @@ func certLines(old, new []byte) []string {
 	}
 	if a.IsCA != b.IsCA {
 		out = append(out, fmt.Sprintf("CA: %v → %v", a.IsCA, b.IsCA))
+	}
+	if v.throwaway {
+		if len(out) == 0 {
+			out = append(out, "identity unchanged (subject, issuer, SANs, usages, validity length); key, serial and signature "+notCompared)
+		}
+		return out
 	}
 	if bytes.Equal(a.RawSubjectPublicKeyInfo, b.RawSubjectPublicKeyInfo) {
 		out = append(out, "key: same key")
@@ -322,7 +353,16 @@ func orNone(s string) string {
 	return s
 }
 
-func validity(c *x509.Certificate) string {
+// validity is a certificate's window; with throwaway keys its length
+// only, as the dates come from the throwaway bundle's epoch.
+func (v viewer) validity(c *x509.Certificate) string {
+	if v.throwaway {
+		d := c.NotAfter.Sub(c.NotBefore)
+		if d%(24*time.Hour) == 0 {
+			return fmt.Sprintf("%d days", d/(24*time.Hour))
+		}
+		return d.String()
+	}
 	return c.NotBefore.UTC().Format(time.RFC3339) + " to " + c.NotAfter.UTC().Format(time.RFC3339)
 }
 
@@ -343,7 +383,7 @@ func setDiff(a, b []string) (added, removed []string) {
 
 // kubeconfigLines describes a kubeconfig by cluster, user and context.
 // Credentials are described as certificates and hashes.
-func kubeconfigLines(old, new []byte) []string {
+func (v viewer) kubeconfigLines(old, new []byte) []string {
 	load := func(b []byte) (*clientcmdapi.Config, error) {
 		if b == nil {
 			return clientcmdapi.NewConfig(), nil
@@ -353,6 +393,9 @@ func kubeconfigLines(old, new []byte) []string {
 	a, errA := load(old)
 	b, errB := load(new)
 	if errA != nil || errB != nil {
+		if v.throwaway {
+			return []string{"content: " + notCompared + " (not a loadable kubeconfig)"}
+		}
 		return []string{"content: " + change(hashOrEmpty(old), hashOrEmpty(new)) + " (not a loadable kubeconfig; secret, not shown)"}
 	}
 	var out []string
@@ -361,7 +404,7 @@ func kubeconfigLines(old, new []byte) []string {
 		p := "cluster " + name + ": "
 		switch {
 		case ca == nil:
-			out = append(out, p+"added, server "+cb.Server+", CA "+certRef(cb.CertificateAuthorityData, cb.CertificateAuthority))
+			out = append(out, p+"added, server "+cb.Server+", CA "+v.certRef(cb.CertificateAuthorityData, cb.CertificateAuthority))
 			continue
 		case cb == nil:
 			out = append(out, p+"removed")
@@ -370,7 +413,7 @@ func kubeconfigLines(old, new []byte) []string {
 		if ca.Server != cb.Server {
 			out = append(out, p+"server "+change(ca.Server, cb.Server))
 		}
-		if r1, r2 := certRef(ca.CertificateAuthorityData, ca.CertificateAuthority), certRef(cb.CertificateAuthorityData, cb.CertificateAuthority); r1 != r2 {
+		if r1, r2 := v.certRef(ca.CertificateAuthorityData, ca.CertificateAuthority), v.certRef(cb.CertificateAuthorityData, cb.CertificateAuthority); r1 != r2 {
 			out = append(out, p+"CA "+change(r1, r2))
 		}
 		if ca.TLSServerName != cb.TLSServerName {
@@ -382,7 +425,7 @@ func kubeconfigLines(old, new []byte) []string {
 		p := "user " + name + ": "
 		switch {
 		case ua == nil:
-			out = append(out, p+"added, client certificate "+certRef(ub.ClientCertificateData, ub.ClientCertificate))
+			out = append(out, p+"added, client certificate "+v.certRef(ub.ClientCertificateData, ub.ClientCertificate))
 			continue
 		case ub == nil:
 			out = append(out, p+"removed")
@@ -390,18 +433,18 @@ func kubeconfigLines(old, new []byte) []string {
 		}
 		if !bytes.Equal(ua.ClientCertificateData, ub.ClientCertificateData) || ua.ClientCertificate != ub.ClientCertificate {
 			if ua.ClientCertificateData != nil && ub.ClientCertificateData != nil {
-				for _, l := range certLines(ua.ClientCertificateData, ub.ClientCertificateData) {
+				for _, l := range v.certLines(ua.ClientCertificateData, ub.ClientCertificateData) {
 					out = append(out, p+"client certificate "+l)
 				}
 			} else {
-				out = append(out, p+"client certificate "+change(certRef(ua.ClientCertificateData, ua.ClientCertificate), certRef(ub.ClientCertificateData, ub.ClientCertificate)))
+				out = append(out, p+"client certificate "+change(v.certRef(ua.ClientCertificateData, ua.ClientCertificate), v.certRef(ub.ClientCertificateData, ub.ClientCertificate)))
 			}
 		}
 		if !bytes.Equal(ua.ClientKeyData, ub.ClientKeyData) || ua.ClientKey != ub.ClientKey {
-			out = append(out, p+"client key "+change(secretRef(ua.ClientKeyData, ua.ClientKey), secretRef(ub.ClientKeyData, ub.ClientKey))+" (secret, not shown)")
+			out = append(out, p+"client key "+v.secretChange(ua.ClientKeyData, ua.ClientKey, ub.ClientKeyData, ub.ClientKey))
 		}
 		if ua.Token != ub.Token || ua.TokenFile != ub.TokenFile {
-			out = append(out, p+"token "+change(secretRef([]byte(ua.Token), ua.TokenFile), secretRef([]byte(ub.Token), ub.TokenFile))+" (secret, not shown)")
+			out = append(out, p+"token "+v.secretChange([]byte(ua.Token), ua.TokenFile, []byte(ub.Token), ub.TokenFile))
 		}
 	}
 	for _, name := range unionKeys(a.Contexts, b.Contexts) {
@@ -424,6 +467,9 @@ func kubeconfigLines(old, new []byte) []string {
 		out = append(out, "current context: "+change(a.CurrentContext, b.CurrentContext))
 	}
 	if len(out) == 0 {
+		if v.throwaway {
+			return []string{"no change by cluster, user or context; key material " + notCompared}
+		}
 		out = append(out, "content: "+change(hashOrEmpty(old), hashOrEmpty(new))+" (no change by cluster, user or context)")
 	}
 	return out
@@ -431,11 +477,14 @@ func kubeconfigLines(old, new []byte) []string {
 
 // certRef names an embedded certificate by subject and fingerprint, or a
 // referenced file by path.
-func certRef(data []byte, file string) string {
+func (v viewer) certRef(data []byte, file string) string {
 	if file != "" {
 		return file
 	}
 	if c := parseCert(data); c != nil {
+		if v.throwaway {
+			return fmt.Sprintf("%q", c.Subject.String())
+		}
 		return fmt.Sprintf("%q %s", c.Subject.String(), Hash(c.Raw))
 	}
 	if len(data) == 0 {
@@ -444,7 +493,16 @@ func certRef(data []byte, file string) string {
 	return Hash(data)
 }
 
-func secretRef(data []byte, file string) string {
+// secretChange describes a changed credential of a kubeconfig user: the
+// files it names, or hashes of what it embeds.
+func (v viewer) secretChange(dataA []byte, fileA string, dataB []byte, fileB string) string {
+	if v.throwaway && (len(dataA) > 0 || len(dataB) > 0) {
+		return notCompared
+	}
+	return change(v.secretRef(dataA, fileA), v.secretRef(dataB, fileB)) + " (secret, not shown)"
+}
+
+func (v viewer) secretRef(data []byte, file string) string {
 	if file != "" {
 		return file
 	}

@@ -11,7 +11,11 @@ import (
 // CheckCoverage reports, as a warning with code, the nodes a node-config
 // target leaves out (those for which out is true), at the spec fields
 // that chose their operating system.
-func CheckCoverage(c *ir.Cluster, code string, out func(ir.Node) bool, why, hint string) diag.List {
+//
+// When the target would configure no node at all, the same list is
+// reported as an error under noneCode: a build that writes no node
+// configuration is a mistake, not a success with a remark.
+func CheckCoverage(c *ir.Cluster, code, noneCode string, out func(ir.Node) bool, why, hint string) diag.List {
 	var names []string
 	var ps []diag.Pos
 	seen := map[string]bool{}
@@ -35,8 +39,13 @@ func CheckCoverage(c *ir.Cluster, code string, out func(ir.Node) bool, why, hint
 	if len(names) == 0 {
 		return nil
 	}
+	all := len(names) == len(c.Nodes)
 	if len(names) > 5 {
 		names = append(names[:5], fmt.Sprintf("and %d more", len(names)-5))
+	}
+	if all {
+		return diag.List{{Code: noneCode, Severity: diag.Error, Path: path, Positions: ps,
+			Message: fmt.Sprintf("the target would write no node configuration: all nodes, %s, are %s", strings.Join(names, ", "), why), Hint: hint}}
 	}
 	return diag.List{{Code: code, Severity: diag.Warning, Path: path, Positions: ps,
 		Message: fmt.Sprintf("%s are %s", strings.Join(names, ", "), why), Hint: hint}}

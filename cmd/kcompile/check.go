@@ -14,9 +14,20 @@ type checkCmd struct {
 	Dir     string   `arg:"" optional:"" default:"." help:"Spec directory (a CUE package)."`
 	Output  string   `short:"o" enum:"text,json" default:"text" help:"Output format: text or json."`
 	Strict  bool     `help:"Treat warnings as errors."`
-	Secrets string   `short:"s" help:"Secrets bundle: also check it against the spec (CA separation, expiry)."`
+	Secrets string   `short:"s" placeholder:"FILE" help:"Secrets bundle: also check it against the spec (CA separation, expiry)."`
 	Profile string   `enum:",cis" default:"" help:"Also require a benchmark: cis reports every setting that breaks an item of the CIS Kubernetes Benchmark without a waiver."`
 	Policy  []string `placeholder:"PDIR" help:"Also hold the spec to the organisation policies of PDIR, a directory or an import path of the CUE module here holding a CUE package with a policies field (repeatable); each violation is reported under the policy's id, at the spec value and at the policy's line."`
+}
+
+func (checkCmd) Help() string {
+	return `Examples:
+  kcompile check examples/ha-stacked
+  kcompile check . --strict -o json                      # in CI: warnings fail too
+  kcompile check . --profile cis --policy examples/policies/production-ha
+
+Every problem is reported at once, at the spec's file:line:column, with a
+hint; the codes are listed in docs/checks.md.
+` + exitCodes("0", "valid (warnings, if any, are printed)", "1", "errors (or warnings, with --strict)", "2", "usage error")
 }
 
 func (c *checkCmd) Run(e *env) error {

@@ -2,7 +2,7 @@ package main
 
 import (
 	"fmt"
-	"sort"
+	"slices"
 	"strings"
 
 	"github.com/alecthomas/kong"
@@ -12,83 +12,378 @@ type completionCmd struct {
 	Shell string `arg:"" enum:"bash,zsh,fish" help:"Shell to complete for: bash, zsh or fish."`
 }
 
-// command is what completion needs to know of one subcommand.
-type command struct {
-	name, help string
-	flags      []string
-	// dirs says the command takes a spec directory argument.
-	dirs bool
+// What a word is completed with.
+const (
+	predictNothing = iota
+	predictDirs
+	predictFiles
+	predictWords
+)
+
+// predictor says how to complete a flag's value or a positional word.
+type predictor struct {
+	kind  int
+	words []string
 }
 
-// commands reads the subcommands and their flags from kong's model, so the
-// scripts never fall out of step with the grammar.
-func commands(app *kong.Kong) []command {
-	var out []command
-	for _, n := range app.Model.Children {
-		if n.Type != kong.CommandNode {
-			continue
-		}
-		c := command{name: n.Name, help: n.Help}
+// compFlag is a flag as completion sees it.
+type compFlag struct {
+	long, short string
+	help        string
+	// value is how its value is completed; a switch takes none.
+	takesValue bool
+	value      predictor
+}
+
+// compCommand is one command or command group of the grammar, by its
+// path of words ("pki expiry").
+type compCommand struct {
+	path  string
+	help  string
+	subs  []string
+	flags []compFlag
+	args  predictor
+}
+
+// grammar reads every command, subcommand and flag from kong's model, so
+// that the scripts never fall out of step with the command line.
+func grammar(app *kong.Kong) []compCommand {
+	var out []compCommand
+	var walk func(n *kong.Node, path string)
+	walk = func(n *kong.Node, path string) {
+		c := compCommand{path: path, help: n.Help}
 		for _, f := range n.Flags {
 			if f.Hidden {
 				continue
 			}
-			c.flags = append(c.flags, "--"+f.Name)
+			c.flags = append(c.flags, flagOf(f))
 		}
-		c.flags = append(c.flags, "--help")
-		sort.Strings(c.flags)
+		if path == "" {
+			// kong's own --help belongs to every command.
+			c.flags = append(c.flags, compFlag{long: "help", short: "h", help: "Show context-sensitive help."})
+		}
 		for _, p := range n.Positional {
-			if p.Name == "dir" {
-				c.dirs = true
+			if c.args.kind == predictNothing {
+				c.args = argOf(p)
 			}
 		}
+		for _, ch := range n.Children {
+			if ch.Type != kong.CommandNode || ch.Hidden {
+				continue
+			}
+			c.subs = append(c.subs, ch.Name)
+		}
 		out = append(out, c)
+		for _, ch := range n.Children {
+			if ch.Type == kong.CommandNode && !ch.Hidden {
+				walk(ch, strings.TrimSpace(path+" "+ch.Name))
+			}
+		}
 	}
+	walk(app.Model.Node, "")
 	return out
 }
 
+func flagOf(f *kong.Flag) compFlag {
+	c := compFlag{long: f.Name, help: f.Help, takesValue: !f.IsBool() && !f.IsCounter()}
+	if f.Short != 0 {
+		c.short = string(f.Short)
+	}
+	if c.takesValue {
+		c.value = valueOf(f.Value, f.PlaceHolder)
+	}
+	return c
+}
+
+// valueOf chooses the completion of a value: its enum, or directories
+// and files by the placeholder the help shows for it.
+func valueOf(v *kong.Value, placeholder string) predictor {
+	if v.Enum != "" {
+		var words []string
+		for _, w := range v.EnumSlice() {
+			if w != "" {
+				words = append(words, w)
+			}
+		}
+		return predictor{kind: predictWords, words: words}
+	}
+	switch placeholder {
+	case "DIR", "PDIR", "ROOTFS", "OUT", "GOLDEN":
+		return predictor{kind: predictDirs}
+	case "FILE", "PATH":
+		return predictor{kind: predictFiles}
+	}
+	return predictor{}
+}
+
+// argOf completes a command's positional words: spec directories and
+// trees are directories.
+func argOf(p *kong.Positional) predictor {
+	if p.Enum != "" {
+		return valueOf(p, "")
+	}
+	switch p.Name {
+	case "dir", "tree", "args":
+		return predictor{kind: predictDirs}
+	case "path":
+		return predictor{}
+	}
+	return predictor{kind: predictFiles}
+}
+
 func (c *completionCmd) Run(e *env) error {
-	cmds := commands(e.app)
-	var b strings.Builder
+	cmds := grammar(e.app)
+	var s string
 	switch c.Shell {
 	case "bash", "zsh":
-		if c.Shell == "zsh" {
-			b.WriteString("autoload -U +X bashcompinit && bashcompinit\n")
-		}
-		var names []string
-		for _, cmd := range cmds {
-			names = append(names, cmd.name)
-		}
-		b.WriteString("_kcompile() {\n")
-		b.WriteString("\tlocal cur=\"${COMP_WORDS[COMP_CWORD]}\" opts=\"\" dirs=0\n")
-		fmt.Fprintf(&b, "\tif [ \"$COMP_CWORD\" -eq 1 ]; then\n\t\tCOMPREPLY=($(compgen -W %q -- \"$cur\"))\n\t\treturn\n\tfi\n", strings.Join(append(names, "--help"), " "))
-		b.WriteString("\tcase \"${COMP_WORDS[1]}\" in\n")
-		for _, cmd := range cmds {
-			dirs := 0
-			if cmd.dirs {
-				dirs = 1
-			}
-			words := strings.Join(cmd.flags, " ")
-			if cmd.name == "completion" {
-				words += " bash zsh fish"
-			}
-			fmt.Fprintf(&b, "\t%s) opts=%q; dirs=%d ;;\n", cmd.name, words, dirs)
-		}
-		b.WriteString("\tesac\n")
-		b.WriteString("\tif [[ \"$cur\" == -* || \"$dirs\" -eq 0 ]]; then\n\t\tCOMPREPLY=($(compgen -W \"$opts\" -- \"$cur\"))\n\telse\n\t\tCOMPREPLY=($(compgen -d -- \"$cur\"))\n\tfi\n")
-		b.WriteString("}\ncomplete -F _kcompile kcompile\n")
+		s = bashScript(cmds, c.Shell == "zsh")
 	case "fish":
-		b.WriteString("complete -c kcompile -f\n")
-		for _, cmd := range cmds {
-			fmt.Fprintf(&b, "complete -c kcompile -n __fish_use_subcommand -a %s -d %q\n", cmd.name, cmd.help)
-			for _, f := range cmd.flags {
-				fmt.Fprintf(&b, "complete -c kcompile -n '__fish_seen_subcommand_from %s' -l %s\n", cmd.name, strings.TrimPrefix(f, "--"))
+		s = fishScript(cmds)
+	}
+	_, err := fmt.Fprint(e.stdout, s)
+	return err
+}
+
+// bashScript is a completion function for bash, which zsh runs through
+// its bash emulation (bashcompinit).
+func bashScript(cmds []compCommand, zsh bool) string {
+	var b strings.Builder
+	if zsh {
+		// bashcompinit's complete registers through compdef, which
+		// compinit defines.
+		b.WriteString("#compdef kcompile\n(( $+functions[compdef] )) || { autoload -Uz compinit && compinit -i; }\nautoload -U +X bashcompinit && bashcompinit\n")
+	}
+	b.WriteString(`# kcompile completion, generated by kcompile completion.
+_kcompile() {
+	# zsh runs this through bashcompinit; arrays count from 0 as in bash.
+	[ -n "${ZSH_VERSION-}" ] && setopt localoptions ksharrays
+	local cur="${COMP_WORDS[COMP_CWORD]}" prev="" path="" i w
+	[ "$COMP_CWORD" -gt 0 ] && prev="${COMP_WORDS[COMP_CWORD-1]}"
+	# bash splits --flag=value at '=' for completion.
+	if [ "$prev" = "=" ] && [ "$COMP_CWORD" -gt 1 ]; then
+		prev="${COMP_WORDS[COMP_CWORD-2]}"
+	elif [[ "$cur" == --*=* ]]; then
+		prev="${cur%%=*}"
+		cur="${cur#*=}"
+	fi
+	# The command path: the words before the cursor that name commands.
+	for ((i = 1; i < COMP_CWORD; i++)); do
+		w="${COMP_WORDS[i]}"
+		case "$w" in -*) continue ;; esac
+		case "${path:+$path }$w" in
+`)
+	var paths []string
+	for _, c := range cmds {
+		if c.path != "" {
+			paths = append(paths, bashPattern(c.path))
+		}
+	}
+	fmt.Fprintf(&b, "\t\t%s) path=\"${path:+$path }$w\" ;;\n", strings.Join(paths, "|"))
+	b.WriteString("\t\t*) break ;;\n\t\tesac\n\tdone\n")
+	// A flag's value.
+	b.WriteString("\tcase \"$path:$prev\" in\n")
+	for _, c := range cmds {
+		for _, f := range allFlags(cmds, c) {
+			if !f.takesValue || f.value.kind == predictNothing {
+				continue
 			}
-			if cmd.dirs {
-				fmt.Fprintf(&b, "complete -c kcompile -n '__fish_seen_subcommand_from %s' -a '(__fish_complete_directories)'\n", cmd.name)
+			pats := []string{bashPattern(c.path + ":--" + f.long)}
+			if f.short != "" {
+				pats = append(pats, bashPattern(c.path+":-"+f.short))
+			}
+			fmt.Fprintf(&b, "\t%s) %s; return ;;\n", strings.Join(pats, "|"), bashReply(f.value))
+		}
+	}
+	b.WriteString("\tesac\n")
+	// Otherwise: a flag, a subcommand or an argument.
+	b.WriteString("\tlocal flags=\"\" subs=\"\" args=\"\"\n\tcase \"$path\" in\n")
+	for _, c := range cmds {
+		var names []string
+		for _, f := range allFlags(cmds, c) {
+			names = append(names, "--"+f.long)
+			if f.short != "" {
+				names = append(names, "-"+f.short)
+			}
+		}
+		pat := bashPattern(c.path)
+		if c.path == "" {
+			pat = `""`
+		}
+		fmt.Fprintf(&b, "\t%s) flags=%q; subs=%q; args=%q ;;\n", pat, strings.Join(names, " "), strings.Join(c.subs, " "), bashArgs(c.args))
+	}
+	b.WriteString(`	esac
+	if [[ "$cur" == -* ]]; then
+		COMPREPLY=($(compgen -W "$flags" -- "$cur"))
+	elif [ -n "$subs" ]; then
+		COMPREPLY=($(compgen -W "$subs" -- "$cur"))
+	elif [ "$args" = "<dirs>" ]; then
+		COMPREPLY=($(compgen -d -- "$cur"))
+	elif [ "$args" = "<files>" ]; then
+		COMPREPLY=($(compgen -f -- "$cur"))
+	elif [ -n "$args" ]; then
+		COMPREPLY=($(compgen -W "$args" -- "$cur"))
+	fi
+}
+`)
+	b.WriteString("complete -o filenames -F _kcompile kcompile\n")
+	return b.String()
+}
+
+// allFlags are a command's own flags and those of the commands above it
+// (kong accepts a group's flags after its subcommands).
+func allFlags(cmds []compCommand, c compCommand) []compFlag {
+	var out []compFlag
+	for _, o := range cmds {
+		if o.path == "" || o.path == c.path || strings.HasPrefix(c.path, o.path+" ") {
+			out = append(out, o.flags...)
+		}
+	}
+	if c.path == "" {
+		return out
+	}
+	// The root's flags last, as --help lists them.
+	slices.SortStableFunc(out, func(a, b compFlag) int {
+		return boolInt(isRootFlag(cmds, a)) - boolInt(isRootFlag(cmds, b))
+	})
+	return out
+}
+
+func isRootFlag(cmds []compCommand, f compFlag) bool {
+	return slices.ContainsFunc(cmds[0].flags, func(r compFlag) bool { return r.long == f.long })
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// bashPattern quotes a case pattern: command paths hold spaces.
+func bashPattern(s string) string { return `"` + s + `"` }
+
+func bashReply(p predictor) string {
+	switch p.kind {
+	case predictDirs:
+		return `COMPREPLY=($(compgen -d -- "$cur"))`
+	case predictFiles:
+		return `COMPREPLY=($(compgen -f -- "$cur"))`
+	}
+	return fmt.Sprintf(`COMPREPLY=($(compgen -W %q -- "$cur"))`, strings.Join(p.words, " "))
+}
+
+func bashArgs(p predictor) string {
+	switch p.kind {
+	case predictDirs:
+		return "<dirs>"
+	case predictFiles:
+		return "<files>"
+	case predictWords:
+		return strings.Join(p.words, " ")
+	}
+	return ""
+}
+
+// fishScript is a completion script for fish.
+func fishScript(cmds []compCommand) string {
+	var b strings.Builder
+	b.WriteString("# kcompile completion, generated by kcompile completion.\ncomplete -c kcompile -f\n")
+	for _, c := range cmds {
+		cond := fishCondition(cmds, c)
+		for _, s := range c.subs {
+			var help string
+			for _, o := range cmds {
+				if o.path == strings.TrimSpace(c.path+" "+s) {
+					help = o.help
+				}
+			}
+			fmt.Fprintf(&b, "complete -c kcompile -n %s -a %s -d %s\n", fishQuote(cond), s, fishQuote(firstSentence(help)))
+		}
+		for _, f := range c.flags {
+			line := fmt.Sprintf("complete -c kcompile -n %s -l %s", fishQuote(fishFlagCondition(c)), f.long)
+			if f.short != "" {
+				line += " -s " + f.short
+			}
+			switch {
+			case !f.takesValue:
+			case f.value.kind == predictWords:
+				line += " -x -a " + fishQuote(strings.Join(f.value.words, " "))
+			case f.value.kind == predictDirs:
+				line += " -x -a '(__fish_complete_directories)'"
+			case f.value.kind == predictFiles:
+				line += " -r -F"
+			default:
+				line += " -x"
+			}
+			b.WriteString(line + " -d " + fishQuote(firstSentence(f.help)) + "\n")
+		}
+		if len(c.subs) == 0 && c.path != "" {
+			switch c.args.kind {
+			case predictDirs:
+				fmt.Fprintf(&b, "complete -c kcompile -n %s -a '(__fish_complete_directories)'\n", fishQuote(cond))
+			case predictFiles:
+				fmt.Fprintf(&b, "complete -c kcompile -n %s -F\n", fishQuote(cond))
+			case predictWords:
+				fmt.Fprintf(&b, "complete -c kcompile -n %s -a %s\n", fishQuote(cond), fishQuote(strings.Join(c.args.words, " ")))
 			}
 		}
 	}
-	_, err := fmt.Fprint(e.stdout, b.String())
-	return err
+	return b.String()
+}
+
+// fishCondition holds when the command line has reached command c and
+// none of its subcommands yet.
+func fishCondition(cmds []compCommand, c compCommand) string {
+	if c.path == "" {
+		return "__fish_use_subcommand"
+	}
+	words := strings.Fields(c.path)
+	var conds []string
+	for _, w := range words {
+		conds = append(conds, "__fish_seen_subcommand_from "+w)
+	}
+	if len(c.subs) > 0 {
+		conds = append(conds, "not __fish_seen_subcommand_from "+strings.Join(c.subs, " "))
+	}
+	return strings.Join(conds, "; and ")
+}
+
+// fishFlagCondition holds when a command's flags apply: anywhere on the
+// line for the root's, after the command's words for the others.
+func fishFlagCondition(c compCommand) string {
+	if c.path == "" {
+		return "true"
+	}
+	var conds []string
+	for _, w := range strings.Fields(c.path) {
+		conds = append(conds, "__fish_seen_subcommand_from "+w)
+	}
+	return strings.Join(conds, "; and ")
+}
+
+// fishQuote quotes a word for fish: inside single quotes only \ and '
+// are special.
+func fishQuote(s string) string {
+	return "'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(s) + "'"
+}
+
+// firstSentence shortens a help text for a completion menu.
+func firstSentence(s string) string {
+	for i := strings.Index(s, ". "); i >= 0; {
+		// "e.g. 30d" does not end a sentence; a capital after it does.
+		if i+2 < len(s) && s[i+2] >= 'A' && s[i+2] <= 'Z' {
+			s = s[:i]
+			break
+		}
+		next := strings.Index(s[i+2:], ". ")
+		if next < 0 {
+			break
+		}
+		i += 2 + next
+	}
+	s = strings.TrimSuffix(s, ".")
+	if len(s) > 80 {
+		s = s[:77] + "..."
+	}
+	return s
 }

@@ -2,15 +2,19 @@ package main
 
 import (
 	"bytes"
+	"crypto/rand"
 	"crypto/x509"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
+	"time"
 
 	"github.com/kcompile/kcompile/compiler"
+	"github.com/kcompile/kcompile/compiler/diag"
 	"github.com/kcompile/kcompile/compiler/ir"
 	"github.com/kcompile/kcompile/compiler/pki"
 	"github.com/kcompile/kcompile/picture"
@@ -23,12 +27,13 @@ type diffCmd struct {
 	Args    []string `arg:"" optional:"" help:"BASE HEAD: two spec directories. With --git: the spec directory (default .). With --golden: GOLDEN OUT, a golden directory and a built tree."`
 	Git     string   `placeholder:"REV1..REV2" help:"Compare the spec at two git revisions instead of two directories."`
 	Golden  bool     `help:"Compare a built tree (OUT) with a golden directory (GOLDEN), as the golden tests do; file modes are not compared (git keeps none)."`
-	Secrets string   `short:"s" default:"secrets.json" help:"Secrets bundle both sides are compiled with."`
+	Secrets string   `short:"s" placeholder:"FILE" help:"Secrets bundle both sides are compiled with. Without it both are compiled with one throwaway bundle: the cluster's structure and certificates' identities are compared, key material is not (the output says so)."`
 	Target  string   `short:"t" enum:"systemd,cloudinit,ignition,all" default:"systemd" help:"Which target to compare: systemd, cloudinit, ignition or all (the three)."`
 	Output  string   `short:"o" enum:"text,markdown,json" default:"text" help:"Output format: text, markdown (a pull-request comment) or json."`
 	Policy  []string `placeholder:"PDIR" help:"Hold both sides to the organisation policies of PDIR (repeatable) and report the violations the change introduces and fixes."`
 	Profile string   `enum:",cis" default:"" help:"With --policy: the benchmark both sides are checked with, as check --profile (policies read it as facts.profile)."`
 	Color   string   `enum:"auto,always,never" default:"auto" help:"Colour text output: auto (on a terminal), always or never."`
+	MaxSize int      `name:"max-size" default:"60000" help:"With --output markdown: the most characters the comment may have (GitHub takes 65,536); above it the files' diffs are cut first, and the comment says what it left out. 0: no bound."`
 }
 
 // diffSide is one compiled side.
@@ -39,9 +44,9 @@ type diffSide struct {
 	endpoint string
 	facts    *review.Facts
 	topology *picture.Topology
-	// violations are the policies the side breaks, when --policy is
-	// given.
-	violations []review.Violation
+	// checks are the side's warnings; policies the violations of the
+	// policies, when --policy is given.
+	checks, policies diag.List
 }
 
 // Run compares; exit 0 when equal, 1 when different, 2 on any error.
@@ -58,7 +63,7 @@ func (c *diffCmd) Run(e *env) error {
 	case "json":
 		err = r.WriteJSON(e.stdout)
 	case "markdown":
-		err = r.WriteMarkdown(e.stdout)
+		err = r.WriteMarkdown(e.stdout, review.MarkdownOptions{MaxSize: c.MaxSize, TextCommand: c.textCommand()})
 	default:
 		colour := c.Color == "always" || (c.Color == "auto" && isTerminal(e.stdout))
 		err = r.WriteText(e.stdout, colour)
@@ -66,6 +71,8 @@ func (c *diffCmd) Run(e *env) error {
 	if err != nil {
 		return statusError{code: exitUsage, msg: err.Error()}
 	}
+	e.progress.done(fmt.Sprintf("compared %s with %s: %s and %s changed, %s",
+		diag.Printable(r.Base, maxShown), diag.Printable(r.Head, maxShown), plural(len(r.Nodes), "node"), plural(len(r.Files), "file"), plural(len(r.Findings), "finding")))
 	if !r.Equal() {
 		return statusError{code: exitProblems}
 	}
@@ -103,6 +110,10 @@ func (c *diffCmd) compare(e *env) (*review.Report, error) {
 		if !ok || rev1 == "" || rev2 == "" || strings.HasPrefix(rev2, ".") {
 			return nil, fmt.Errorf("--git %q: write two revisions as REV1..REV2", c.Git)
 		}
+		b, err := c.bundle(e)
+		if err != nil {
+			return nil, err
+		}
 		var sides [2]diffSide
 		for i, rev := range []string{rev1, rev2} {
 			tmp, err := os.MkdirTemp("", "kcompile-diff-")
@@ -113,50 +124,146 @@ func (c *diffCmd) compare(e *env) (*review.Report, error) {
 			if err := exportSpec(dir, rev, tmp); err != nil {
 				return nil, err
 			}
-			if sides[i], err = c.side(e, tmp, rev+":"+dir); err != nil {
+			// Positions name the revision, not the temporary copy that
+			// is gone when the report is read.
+			at := func(l diag.List) diag.List { return underName(l, tmp, rev+":"+filepath.ToSlash(filepath.Clean(dir))) }
+			if sides[i], err = c.side(e, b, tmp, rev+":"+dir, at); err != nil {
 				return nil, err
 			}
 		}
-		return compareSides(sides[0], sides[1]), nil
+		return c.compareSides(sides[0], sides[1]), nil
 	}
 	if len(c.Args) != 2 {
 		return nil, errors.New("diff takes BASE HEAD (two spec directories), --git REV1..REV2 [DIR] or --golden GOLDEN OUT")
 	}
-	base, err := c.side(e, c.Args[0], c.Args[0])
+	b, err := c.bundle(e)
 	if err != nil {
 		return nil, err
 	}
-	head, err := c.side(e, c.Args[1], c.Args[1])
+	var sides [2]diffSide
+	for i, dir := range c.Args {
+		if sides[i], err = c.side(e, b, dir, dir, func(l diag.List) diag.List { return l.Relative(e.cwd) }); err != nil {
+			return nil, err
+		}
+	}
+	return c.compareSides(sides[0], sides[1]), nil
+}
+
+// bundle is the secrets bundle of --secrets, or else one made for this
+// comparison alone (as secrets init makes one, from the clock and
+// crypto/rand), which both sides share so that only the spec's change
+// shows; it is never written anywhere.
+func (c *diffCmd) bundle(e *env) (*pki.Bundle, error) {
+	if c.Secrets == "" {
+		return pki.New(rand.Reader, e.now, pki.NewOptions{Algorithm: pki.ECDSAP256, CAValidity: throwawayCAValidity})
+	}
+	b, diags, err := loadBundle(c.Secrets)
 	if err != nil {
 		return nil, err
 	}
-	return compareSides(base, head), nil
+	if diags.HasErrors() {
+		return nil, printDiagnostics(e, diags, "cannot use the secrets bundle "+c.Secrets)
+	}
+	return b, nil
 }
 
-func compareSides(a, b diffSide) *review.Report {
-	return review.Compare(review.Side{Label: a.label, Tree: a.tree, Etcd: a.etcd, Endpoint: a.endpoint, Facts: a.facts, Violations: a.violations, Topology: a.topology},
-		review.Side{Label: b.label, Tree: b.tree, Etcd: b.etcd, Endpoint: b.endpoint, Facts: b.facts, Violations: b.violations, Topology: b.topology}, review.Options{})
+// throwawayCAValidity is secrets init's default, so that a spec's leaf
+// validity fits the throwaway CAs as it fits a bundle made by default.
+const throwawayCAValidity = 10 * 365 * 24 * time.Hour
+
+func (c *diffCmd) compareSides(a, b diffSide) *review.Report {
+	side := func(s diffSide) review.Side {
+		return review.Side{Label: s.label, Tree: s.tree, Etcd: s.etcd, Endpoint: s.endpoint, Facts: s.facts,
+			Checks: s.checks, Policies: s.policies, Topology: s.topology}
+	}
+	return review.Compare(side(a), side(b), review.Options{ThrowawayKeys: c.Secrets == ""})
 }
 
-// side compiles one spec with the shared bundle and builds the target(s).
-func (c *diffCmd) side(e *env, dir, label string) (diffSide, error) {
+// textCommand is the command that prints this comparison as text, which
+// a Markdown report too long for a comment names for what it left out.
+func (c *diffCmd) textCommand() string {
+	args := []string{"kcompile", "diff"}
+	if c.Git != "" {
+		args = append(args, "--git", c.Git)
+	}
+	if c.Golden {
+		args = append(args, "--golden")
+	}
+	args = append(args, c.Args...)
+	if c.Secrets != "" {
+		args = append(args, "-s", c.Secrets)
+	}
+	if c.Target != "systemd" {
+		args = append(args, "-t", c.Target)
+	}
+	for _, p := range c.Policy {
+		args = append(args, "--policy", p)
+	}
+	if c.Profile != "" {
+		args = append(args, "--profile", c.Profile)
+	}
+	args = append(args, "-o", "text")
+	for i, a := range args {
+		if a == "" || strings.ContainsFunc(a, func(r rune) bool {
+			return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./:=@+,~", r))
+		}) {
+			args[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		}
+	}
+	return strings.Join(args, " ")
+}
+
+// underName rewrites the positions of diagnostics in the directory dir
+// as positions under name.
+func underName(l diag.List, dir, name string) diag.List {
+	out := make(diag.List, len(l))
+	for i, d := range l {
+		d.Positions = slices.Clone(d.Positions)
+		for j, p := range d.Positions {
+			if rel, err := filepath.Rel(dir, p.File); err == nil && filepath.IsAbs(p.File) && !strings.HasPrefix(rel, "..") {
+				d.Positions[j].File = name + "/" + filepath.ToSlash(rel)
+			}
+		}
+		out[i] = d
+	}
+	return out
+}
+
+// side compiles one spec with the shared bundle and builds the
+// target(s). Its warnings are not printed: the report compares them.
+// at rewrites the positions of its diagnostics for the report.
+func (c *diffCmd) side(e *env, b *pki.Bundle, dir, label string, at func(diag.List) diag.List) (diffSide, error) {
 	names := []pipeline.Target{pipeline.Target(c.Target)}
 	if c.Target == "all" {
 		names = []pipeline.Target{pipeline.Systemd, pipeline.CloudInit, pipeline.Ignition}
 	}
-	out, err := specAndSecrets{Dir: dir, Secrets: c.Secrets}.run(e, names...)
+	out, err := pipeline.Run(pipeline.Input{Source: compiler.Source{Dir: dir}, Bundle: b, Now: e.now, Issue: true, Targets: names, Stage: e.progress.stage})
 	if err != nil {
+		return diffSide{}, err
+	}
+	if out.Diagnostics.HasErrors() {
+		msg := "nothing compared"
+		switch {
+		case out.Cluster == nil:
+			msg = "the spec has errors; `kcompile check` explains them"
+		case out.Material == nil:
+			msg = "the spec and the secrets bundle do not fit together"
+		}
+		err := printDiagnostics(e, out.Diagnostics, msg)
 		var s statusError
 		if errors.As(err, &s) {
 			return diffSide{}, fmt.Errorf("%s: %s", label, s.msg)
 		}
 		return diffSide{}, err
 	}
-	s := diffSide{label: label, etcd: etcdMembers(out.Cluster), endpoint: endpointOf(out.Cluster), facts: factsOf(out), topology: picture.Of(out.Cluster), tree: targets.NewTree()}
+	s := diffSide{label: label, etcd: etcdMembers(out.Cluster), endpoint: endpointOf(out.Cluster), facts: factsOf(out), topology: picture.Of(out.Cluster), tree: targets.NewTree(),
+		checks: at(append(diag.List{}, out.Diagnostics...))}
 	if len(c.Policy) > 0 {
-		if s.violations, err = violations(dir, c.Policy, c.Profile); err != nil {
+		v, err := violations(dir, c.Policy, c.Profile)
+		if err != nil {
 			return diffSide{}, fmt.Errorf("%s: %w", label, err)
 		}
+		s.policies = at(v)
 	}
 	for _, name := range names {
 		for _, f := range out.Trees[name].Files() {
@@ -175,18 +282,18 @@ func (c *diffCmd) side(e *env, dir, label string) (diffSide, error) {
 // violations holds the spec in dir to the policies: a violation (under
 // its policy's id, which no rule of kcompile has) is a finding, not an
 // error, on either side; a policy that does not load is an error.
-func violations(dir string, policies []string, profile string) ([]review.Violation, error) {
+func violations(dir string, policies []string, profile string) (diag.List, error) {
 	_, diags := compiler.Compile(compiler.Source{Dir: dir, Policies: policies, Profile: profile})
 	rules := map[string]bool{}
 	for _, r := range pipeline.Rules() {
 		rules[r.Code] = true
 	}
-	out := []review.Violation{}
+	out := diag.List{}
 	var broken []string
 	for _, d := range diags {
 		switch {
 		case !rules[d.Code]:
-			out = append(out, review.Violation{ID: d.Code, Severity: d.Severity.String(), Path: d.Path, Message: d.Message})
+			out = append(out, d)
 		case d.Code == compiler.CodePolicyLoad || d.Code == compiler.CodePolicyShape || d.Code == compiler.CodePolicyNothing || d.Code == compiler.CodeInternal:
 			broken = append(broken, fmt.Sprintf("  %s: %s %s: %s", d.Primary(), d.Severity, d.Code, d.Message))
 		}
@@ -302,14 +409,4 @@ func exportSpec(dir, rev, out string) error {
 		return fmt.Errorf("%s has no files at %s", dir, rev)
 	}
 	return nil
-}
-
-// isTerminal reports whether w is a terminal, for colour.
-func isTerminal(w any) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }

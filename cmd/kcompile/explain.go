@@ -25,13 +25,24 @@ type explainCmd struct {
 
 // explained is one line of explain's output.
 type explained struct {
-	Path   string `json:"path"`
-	Value  string `json:"value"`
-	Origin string `json:"origin"`
-	File   string `json:"file,omitempty"`
-	Line   int    `json:"line,omitempty"`
-	Column int    `json:"column,omitempty"`
-	From   string `json:"from,omitempty"`
+	Path string `json:"path"`
+	// Value is the JSON value itself: a string, number, boolean, list
+	// or object, as CUE exports it.
+	Value  json.RawMessage `json:"value"`
+	Origin string          `json:"origin"`
+	File   string          `json:"file,omitempty"`
+	Line   int             `json:"line,omitempty"`
+	Column int             `json:"column,omitempty"`
+	From   string          `json:"from,omitempty"`
+}
+
+func (explainCmd) Help() string {
+	return `Examples:
+  kcompile explain examples/ha-stacked                       # every effective value and its origin
+  kcompile explain examples/ha-stacked network.serviceCIDR
+  kcompile explain examples/ha-stacked nodes.cp1 -o json | jq -r '.[].value'
+  kcompile explain examples/ha-stacked --picture svg > cluster.svg
+` + exitCodes("0", "shown", "1", "the spec has errors (printed on stderr) or nothing lies at PATH", "2", "usage error")
 }
 
 func (c *explainCmd) Run(e *env) error {
@@ -52,6 +63,9 @@ func (c *explainCmd) Run(e *env) error {
 		}
 		return statusError{code: exitProblems, msg: "the spec has errors; fix them to see its effective values"}
 	}
+	if err := printWarnings(e, diags); err != nil {
+		return err
+	}
 	if c.Picture != "" {
 		return c.draw(e, cluster)
 	}
@@ -62,7 +76,7 @@ func (c *explainCmd) Run(e *env) error {
 		}
 		o := s.Origin
 		o.Pos.File = relative(e.cwd, o.Pos.File)
-		rows = append(rows, explained{Path: s.Path, Value: s.Value, Origin: string(o.Kind), File: o.Pos.File, Line: o.Pos.Line, Column: o.Pos.Column, From: o.From})
+		rows = append(rows, explained{Path: s.Path, Value: jsonValue(s.Value), Origin: string(o.Kind), File: o.Pos.File, Line: o.Pos.Line, Column: o.Pos.Column, From: o.From})
 	}
 	if len(rows) == 0 {
 		return statusError{code: exitProblems, msg: fmt.Sprintf("no value at %s%s", diag.Printable(c.Path, maxShown), diag.Printable(suggestPaths(cluster.Settings, c.Path), maxShown*10))}
@@ -76,7 +90,7 @@ func (c *explainCmd) Run(e *env) error {
 	for _, r := range rows {
 		// Paths and values are the spec's text: escaped, and a long
 		// value cut with its length shown.
-		fmt.Fprintf(tw, "%s\t%s\t%s\n", diag.Printable(r.Path, maxShown), diag.Printable(r.Value, maxShown), diag.Printable(describeOrigin(r), maxShown))
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", diag.Printable(r.Path, maxShown), diag.Printable(string(r.Value), maxShown), diag.Printable(describeOrigin(r), maxShown))
 	}
 	return tw.Flush()
 }
@@ -94,6 +108,16 @@ func (c *explainCmd) draw(e *env, cluster *ir.Cluster) error {
 	}
 	_, err = e.stdout.Write(svg)
 	return err
+}
+
+// jsonValue is a setting's value as JSON, which the compiler keeps; any
+// other text would be a compiler bug, and is still shown, as a string.
+func jsonValue(v string) json.RawMessage {
+	if json.Valid([]byte(v)) {
+		return json.RawMessage(v)
+	}
+	b, _ := json.Marshal(v)
+	return b
 }
 
 // maxShown bounds one value in a listing.

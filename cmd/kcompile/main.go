@@ -30,7 +30,7 @@ const (
 type cli struct {
 	Check      checkCmd      `cmd:"" help:"Check a spec: schema errors and semantic checks, all reported at once."`
 	Explain    explainCmd    `cmd:"" help:"Show effective values of a spec and where each came from."`
-	Build      buildCmd      `cmd:"" help:"Compile a spec into a target and write it atomically to OUT/<target>."`
+	Build      buildCmd      `cmd:"" help:"Compile a spec into a target and write it atomically to DIR/<target> (-d DIR, default out)."`
 	Diff       diffCmd       `cmd:"" help:"Show what a spec change does to the compiled cluster: nodes, files, restarts, etcd quorum; or compare a built tree with a golden directory."`
 	Provision  provisionCmd  `cmd:"" help:"Provision bare metal: serve every node's cloud-init through Matchbox with OpenTofu/Terraform (init, plan, confirm, apply)."`
 	Up         upCmd         `cmd:"" help:"Boot the compiled cluster for real: every node a systemd-nspawn machine (real systemd, its own network namespace) booting its systemd tree or its cloud-init; runs until Ctrl-C or kcompile down (root)."`
@@ -40,6 +40,8 @@ type cli struct {
 	PKI        pkiCmd        `cmd:"" name:"pki" help:"Inspect, renew and verify the cluster's certificates."`
 	Version    versionCmd    `cmd:"" help:"Print the kcompile version and the schema versions it understands."`
 	Completion completionCmd `cmd:"" help:"Print a shell completion script (bash, zsh or fish)."`
+
+	Quiet bool `short:"q" help:"Show no progress on stderr (progress is shown only when stderr is a terminal); warnings and errors are still printed."`
 }
 
 // env is what commands may touch of the outside world.
@@ -51,6 +53,8 @@ type env struct {
 	// now is the wall clock, or SOURCE_DATE_EPOCH for reproducible runs.
 	now time.Time
 	app *kong.Kong
+	// progress shows long work on stderr, or nothing.
+	progress *progress
 }
 
 // exitError carries an exit status out of kong's Exit hook.
@@ -82,6 +86,10 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) (code int) {
 			}
 		}
 	}()
+	// kcompile alone is a newcomer asking what it does.
+	if len(args) == 0 {
+		args = []string{"--help"}
+	}
 	kctx, err := parser.Parse(args)
 	if err != nil {
 		fmt.Fprintf(stderr, "kcompile: error: %v\n", err)
@@ -97,6 +105,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) (code int) {
 		return exitUsage
 	}
 	e := &env{stdin: stdin, stdout: stdout, stderr: stderr, cwd: cwd, now: now, app: parser}
+	e.progress = newProgress(stderr, !c.Quiet && isTerminal(stderr))
+	defer e.progress.close()
 	if err := kctx.Run(e); err != nil {
 		var s statusError
 		if errors.As(err, &s) {

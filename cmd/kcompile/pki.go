@@ -23,7 +23,7 @@ type pkiCmd struct {
 // specAndSecrets are the arguments of commands that issue the PKI.
 type specAndSecrets struct {
 	Dir     string `arg:"" optional:"" default:"." help:"Spec directory (a CUE package)."`
-	Secrets string `short:"s" default:"secrets.json" help:"Secrets bundle (see kcompile secrets init)."`
+	Secrets string `short:"s" default:"secrets.json" placeholder:"FILE" help:"Secrets bundle (see kcompile secrets init)."`
 }
 
 func (a specAndSecrets) issue(e *env) (*pki.Material, error) {
@@ -45,6 +45,7 @@ func (c *pkiListCmd) Run(e *env) error {
 		return err
 	}
 	inv := m.Inventory()
+	defer e.progress.done(fmt.Sprintf("listed %s of %s", plural(len(inv), "certificate"), plural(len(m.Cluster.Nodes), "node")))
 	if c.Output == "json" {
 		enc := json.NewEncoder(e.stdout)
 		enc.SetIndent("", "  ")
@@ -72,6 +73,57 @@ func orDash(s string) string {
 type pkiExpiryCmd struct {
 	specAndSecrets
 	FailWithin string `help:"Exit with status 1 when the cluster breaks within this duration (e.g. 30d), for CI."`
+	Output     string `short:"o" enum:"text,json" default:"text" help:"Output format: text or json."`
+}
+
+func (pkiListCmd) Help() string {
+	return `Examples:
+  kcompile pki list examples/ha-stacked
+  kcompile pki list examples/ha-stacked -o json | jq '.[] | select(.id | startswith("kubelet"))'
+` + exitCodes("0", "listed", "1", "the spec or the bundle has errors", "2", "usage error")
+}
+
+func (pkiExpiryCmd) Help() string {
+	return `Examples:
+  kcompile pki expiry examples/ha-stacked
+  kcompile pki expiry examples/ha-stacked --fail-within 30d -o json   # in CI
+` + exitCodes("0", "listed (and, with --fail-within, nothing breaks within it)",
+		"1", "the spec or the bundle has errors, or the cluster breaks within --fail-within", "2", "usage error")
+}
+
+func (pkiRenewCmd) Help() string {
+	return `Examples:
+  kcompile pki renew examples/ha-stacked -s secrets.json
+  kcompile pki renew examples/ha-stacked --epoch 2027-01-01T00:00:00Z
+
+Then build again and redeploy: every leaf changes, the CAs do not.
+` + exitCodes("0", "renewed", "1", "the spec or the bundle has errors, or the epoch does not fit the CAs; the bundle is unchanged", "2", "usage error")
+}
+
+func (pkiVerifyCmd) Help() string {
+	return `Examples:
+  kcompile pki verify out/systemd --spec examples/ha-stacked
+  kcompile pki verify out/pki -o json
+` + exitCodes("0", "every certificate, key and kubeconfig verifies", "1", "problems found (listed) or the tree cannot be read", "2", "usage error")
+}
+
+// expiry is pki expiry's JSON form.
+type expiry struct {
+	Certificates []expiring `json:"certificates"`
+	// FirstBreak is when the first certificate the cluster needs
+	// expires, and Breaking those that expire then.
+	FirstBreak time.Time `json:"firstBreak"`
+	DaysLeft   int       `json:"daysLeft"`
+	Breaking   []string  `json:"breaking"`
+	// Within is --fail-within, and Fails whether the cluster breaks
+	// within it.
+	Within string `json:"failWithin,omitempty"`
+	Fails  bool   `json:"fails"`
+}
+
+type expiring struct {
+	ID       string    `json:"id"`
+	NotAfter time.Time `json:"notAfter"`
 }
 
 func (c *pkiExpiryCmd) Run(e *env) error {
@@ -86,6 +138,25 @@ func (c *pkiExpiryCmd) Run(e *env) error {
 	m, err := c.issue(e)
 	if err != nil {
 		return err
+	}
+	first, which := m.FirstBreak()
+	left := first.Sub(e.now)
+	fails := c.FailWithin != "" && left < within
+	failure := statusError{code: exitProblems, msg: fmt.Sprintf("certificates expire within %s: run `kcompile pki renew` and redeploy", c.FailWithin)}
+	if c.Output == "json" {
+		x := expiry{FirstBreak: first.UTC(), DaysLeft: int(left.Hours() / 24), Breaking: which, Within: c.FailWithin, Fails: fails, Certificates: []expiring{}}
+		for _, i := range m.Expiry() {
+			x.Certificates = append(x.Certificates, expiring{ID: i.ID, NotAfter: i.NotAfter.UTC()})
+		}
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(x); err != nil {
+			return err
+		}
+		if fails {
+			return failure
+		}
+		return nil
 	}
 	// One line per date, with the certificates expiring then.
 	var day string
@@ -104,12 +175,10 @@ func (c *pkiExpiryCmd) Run(e *env) error {
 		ids = append(ids, i.ID)
 	}
 	flush()
-	first, which := m.FirstBreak()
-	left := first.Sub(e.now)
 	fmt.Fprintf(e.stdout, "the cluster first breaks on %s (in %d days), when these expire: %s\n",
 		first.Format(time.RFC3339), int(left.Hours()/24), summarize(which))
-	if c.FailWithin != "" && left < within {
-		return statusError{code: exitProblems, msg: fmt.Sprintf("certificates expire within %s: run `kcompile pki renew` and redeploy", c.FailWithin)}
+	if fails {
+		return failure
 	}
 	return nil
 }
@@ -173,7 +242,7 @@ func (c *pkiRenewCmd) Run(e *env) error {
 }
 
 type pkiVerifyCmd struct {
-	Tree   string `arg:"" help:"A built tree: OUT/<target> as written by kcompile build."`
+	Tree   string `arg:"" help:"A built tree: DIR/<target> as written by kcompile build."`
 	Spec   string `help:"Spec directory: also check that the tree has the certificates, SANs and servers of its topology."`
 	Output string `short:"o" enum:"text,json" default:"text" help:"Output format: text or json."`
 }

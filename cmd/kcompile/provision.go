@@ -21,8 +21,9 @@ import (
 
 type provisionCmd struct {
 	specAndSecrets
-	Out              string `short:"o" default:"out" help:"Output directory: the module is written to OUT/terraform (replacing only a module kcompile wrote there that is unchanged since) and the state kept in OUT/terraform-state (private)."`
-	Replace          bool   `help:"Write the module even when OUT/terraform holds something kcompile did not write or that changed since; it is moved aside to OUT/terraform.replaced-N, never deleted."`
+	OutDir           string `short:"d" name:"out-dir" default:"out" placeholder:"DIR" help:"Output directory: the module is written to DIR/terraform (replacing only a module kcompile wrote there that is unchanged since) and the state kept in DIR/terraform-state (private)."`
+	Output           string `short:"o" hidden:"" help:"Deprecated spelling of --out-dir."`
+	Replace          bool   `help:"Write the module even when DIR/terraform holds something kcompile did not write or that changed since; it is moved aside to DIR/terraform.replaced-N, never deleted."`
 	MatchboxEndpoint string `name:"matchbox-endpoint" required:"" placeholder:"HOST:PORT" help:"Matchbox's gRPC API (matchbox -rpc-address)."`
 	MatchboxCA       string `name:"matchbox-ca" required:"" type:"existingfile" placeholder:"FILE" help:"PEM CA certificate that signed Matchbox's gRPC server certificate."`
 	MatchboxCert     string `name:"matchbox-cert" required:"" type:"existingfile" placeholder:"FILE" help:"PEM client certificate for Matchbox's gRPC API."`
@@ -42,7 +43,21 @@ const reachTimeout = 10 * time.Second
 // stays exactly what kcompile wrote, and the next write may replace it.
 const tofuLock = ".terraform.lock.hcl"
 
+func (provisionCmd) Help() string {
+	return `Examples:
+  kcompile provision examples/ha-stacked --matchbox-endpoint matchbox.lan:8081 \
+      --matchbox-ca ca.crt --matchbox-cert client.crt --matchbox-key client.key
+  kcompile provision examples/ha-stacked ... --destroy
+
+Writes DIR/terraform, runs tofu (or terraform) init and plan, asks, then
+applies; the state stays in DIR/terraform-state.
+` + exitCodes("0", "applied, or nothing to change, or not confirmed", "1", "the spec or the bundle has errors, Matchbox cannot be reached, or the tool failed", "2", "usage error")
+}
+
 func (c *provisionCmd) Run(e *env) (err error) {
+	if err := legacyPath(e, c.Output, &c.OutDir, "out", "-d", "output directory"); err != nil {
+		return err
+	}
 	out, err := c.run(e, pipeline.Terraform)
 	if err != nil {
 		return err
@@ -61,8 +76,11 @@ func (c *provisionCmd) Run(e *env) (err error) {
 		return statusError{code: exitProblems, msg: err.Error() + "; nothing was changed"}
 	}
 
-	moduleDir := filepath.Join(c.Out, "terraform")
+	moduleDir := filepath.Join(c.OutDir, "terraform")
 	if err := writeTree(e, moduleDir, tree, c.Replace); err != nil {
+		return err
+	}
+	if err := warnIfTracked(e, c.OutDir, "the module and its state hold the nodes' configurations with their private keys"); err != nil {
 		return err
 	}
 	absModule, err := filepath.Abs(moduleDir)

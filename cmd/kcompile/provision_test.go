@@ -209,7 +209,7 @@ func provisionExample(t *testing.T, name, url string) (httpAddr, spec, work, out
 	replaceIn(t, filepath.Join(spec, "cluster.cue"), `matchboxURL: "`+url+`"`, `matchboxURL: "http://`+httpAddr+`"`)
 	work = t.TempDir()
 	out = filepath.Join(work, "out")
-	provision = []string{"provision", spec, "-s", testSecrets(t), "-o", out,
+	provision = []string{"provision", spec, "-s", testSecrets(t), "-d", out,
 		"--matchbox-endpoint", rpc, "--tofu", testBin(t, "tofu"),
 		"--matchbox-ca", filepath.Join(tlsDir, "ca.crt"),
 		"--matchbox-cert", filepath.Join(tlsDir, "client.crt"), "--matchbox-key", filepath.Join(tlsDir, "client.key")}
@@ -235,7 +235,7 @@ func TestProvisionMatchbox(t *testing.T) {
 	}
 
 	// What Matchbox serves is what the cloudinit target builds.
-	if code, o, e := kcompile(t, "", "build", spec, "-s", testSecrets(t), "-t", "cloudinit", "-o", filepath.Join(work, "built")); code != 0 {
+	if code, o, e := kcompile(t, "", "build", spec, "-s", testSecrets(t), "-t", "cloudinit", "-d", filepath.Join(work, "built")); code != 0 {
 		t.Fatalf("build: %s%s", o, e)
 	}
 	macs := map[string]string{"cp1": "52:54:00:00:00:11", "cp2": "52:54:00:00:00:12", "cp3": "52:54:00:00:00:13",
@@ -277,7 +277,7 @@ func TestProvisionMatchbox(t *testing.T) {
 	if b := fetch(t, httpAddr, "/generic?mac=52-54-00-00-01-12"); b != nil {
 		t.Error("w03's old MAC is still served")
 	}
-	if code, o, e := kcompile(t, "", "build", spec, "-s", testSecrets(t), "-t", "cloudinit", "-o", filepath.Join(work, "built")); code != 0 {
+	if code, o, e := kcompile(t, "", "build", spec, "-s", testSecrets(t), "-t", "cloudinit", "-d", filepath.Join(work, "built")); code != 0 {
 		t.Fatalf("build: %s%s", o, e)
 	}
 	checkServed(t, httpAddr, filepath.Join(work, "built", "cloudinit", "nodes", "w03"), "52:54:00:00:01:99")
@@ -427,7 +427,7 @@ func TestProvisionUnreachable(t *testing.T) {
 		out := filepath.Join(t.TempDir(), "out")
 		start := time.Now()
 		code, stdout, stderr := kcompile(t, "", "provision", "../../examples/ha-stacked", "-s", testSecrets(t),
-			"-o", out, "--matchbox-endpoint", endpoint, "--tofu", testBin(t, "tofu"), "--auto-approve",
+			"-d", out, "--matchbox-endpoint", endpoint, "--tofu", testBin(t, "tofu"), "--auto-approve",
 			"--matchbox-ca", filepath.Join(tlsDir, "ca.crt"),
 			"--matchbox-cert", filepath.Join(tlsDir, "client.crt"), "--matchbox-key", filepath.Join(tlsDir, "client.key"))
 		if took := time.Since(start); took > 30*time.Second {
@@ -458,7 +458,7 @@ func TestProvisionMatchboxIgnition(t *testing.T) {
 		!strings.Contains(stdout, `+   matchbox_profile.ignition["fc1"]`) {
 		t.Errorf("provision printed:\n%s", stdout)
 	}
-	if code, o, e := kcompile(t, "", "build", spec, "-s", testSecrets(t), "-t", "ignition", "-o", filepath.Join(work, "built")); code != 0 {
+	if code, o, e := kcompile(t, "", "build", spec, "-s", testSecrets(t), "-t", "ignition", "-d", filepath.Join(work, "built")); code != 0 {
 		t.Fatalf("build: %s%s", o, e)
 	}
 	macs := map[string]string{"cp1": "52:54:00:20:00:11", "w1": "52:54:00:20:00:21", "w2": "52:54:00:20:00:22", "fc1": "52:54:00:20:00:31"}

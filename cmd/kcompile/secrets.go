@@ -15,13 +15,27 @@ type secretsCmd struct {
 }
 
 type secretsInitCmd struct {
-	Output       string `short:"o" default:"secrets.json" help:"File to write (mode 0600)."`
+	Secrets      string `short:"s" default:"secrets.json" placeholder:"FILE" help:"Bundle file to write (mode 0600)."`
+	Output       string `short:"o" hidden:"" help:"Deprecated spelling of --secrets."`
 	Force        bool   `help:"Replace an existing bundle."`
 	KeyAlgorithm string `enum:"ECDSA-P256,ECDSA-P384,RSA-2048,RSA-3072,RSA-4096" default:"ECDSA-P256" help:"Algorithm of the CA and service-account keys."`
 	CAValidity   string `default:"10y" help:"How long the CAs are valid, e.g. 10y or 3650d."`
 }
 
+func (secretsInitCmd) Help() string {
+	return `Examples:
+  kcompile secrets init                            # secrets.json here
+  kcompile secrets init -s prod.json --key-algorithm ECDSA-P384 --ca-validity 5y
+
+The bundle holds every private key of the cluster: keep it out of git (a
+warning says so when it lands in a work tree that does not ignore it).
+` + exitCodes("0", "written", "1", "the file exists (use --force) or cannot be written", "2", "usage error")
+}
+
 func (c *secretsInitCmd) Run(e *env) error {
+	if err := legacyPath(e, c.Output, &c.Secrets, "secrets.json", "-s", "bundle file"); err != nil {
+		return err
+	}
 	validity, err := parseDuration("ca-validity", c.CAValidity, pki.MaxCAValidity)
 	if err != nil {
 		return statusError{code: exitUsage, msg: err.Error()}
@@ -30,7 +44,7 @@ func (c *secretsInitCmd) Run(e *env) error {
 	if err != nil {
 		return err
 	}
-	return writeBundle(e, b, c.Output, c.Force)
+	return writeBundle(e, b, c.Secrets, c.Force)
 }
 
 func writeBundle(e *env, b *pki.Bundle, file string, force bool) error {
@@ -45,16 +59,29 @@ func writeBundle(e *env, b *pki.Bundle, file string, force bool) error {
 	fmt.Fprintf(e.stdout, "wrote %s (mode 0600): CAs valid until %s, leaves issued from %s\n",
 		file, ca.NotAfter.Format("2006-01-02"), b.Epoch.Format("2006-01-02T15:04:05Z"))
 	fmt.Fprintln(e.stdout, "keep it secret: it holds every private key of the cluster")
-	return nil
+	return warnIfTracked(e, file, "it holds every private key of the cluster")
 }
 
 type secretsImportCmd struct {
-	Dir    string `arg:"" help:"A kubeadm PKI directory, usually /etc/kubernetes/pki."`
-	Output string `short:"o" default:"secrets.json" help:"File to write (mode 0600)."`
-	Force  bool   `help:"Replace an existing bundle."`
+	Dir     string `arg:"" help:"A kubeadm PKI directory, usually /etc/kubernetes/pki."`
+	Secrets string `short:"s" default:"secrets.json" placeholder:"FILE" help:"Bundle file to write (mode 0600)."`
+	Output  string `short:"o" hidden:"" help:"Deprecated spelling of --secrets."`
+	Force   bool   `help:"Replace an existing bundle."`
+}
+
+func (secretsImportCmd) Help() string {
+	return `Examples:
+  kcompile secrets import-kubeadm /etc/kubernetes/pki -s secrets.json
+
+Reads ca.crt/key, etcd/ca.crt/key, front-proxy-ca.crt/key and sa.key; the
+cluster keeps its CAs, and kcompile issues every leaf from them.
+` + exitCodes("0", "written", "1", "a file is missing or unusable, or the bundle exists (use --force)", "2", "usage error")
 }
 
 func (c *secretsImportCmd) Run(e *env) error {
+	if err := legacyPath(e, c.Output, &c.Secrets, "secrets.json", "-s", "bundle file"); err != nil {
+		return err
+	}
 	read := func(name string) ([]byte, error) {
 		b, err := os.ReadFile(filepath.Join(c.Dir, name))
 		if err != nil {
@@ -79,5 +106,5 @@ func (c *secretsImportCmd) Run(e *env) error {
 	if err != nil {
 		return statusError{code: exitProblems, msg: fmt.Sprintf("%s: %v", c.Dir, err)}
 	}
-	return writeBundle(e, b, c.Output, c.Force)
+	return writeBundle(e, b, c.Secrets, c.Force)
 }

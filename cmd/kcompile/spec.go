@@ -17,12 +17,16 @@ import (
 )
 
 // compileSpec compiles the spec at dir for a command that needs a valid
-// cluster, printing diagnostics on stderr when it has errors. Warnings are
-// left to `kcompile check`.
+// cluster, printing diagnostics on stderr: all of them when there is an
+// error, else its warnings.
 func compileSpec(e *env, dir string) (*ir.Cluster, error) {
+	e.progress.stage("compiling " + dir)
 	c, diags := compiler.Compile(compiler.Source{Dir: dir})
 	if c == nil {
 		return nil, printDiagnostics(e, diags, "the spec has errors; `kcompile check` explains them")
+	}
+	if err := printWarnings(e, diags); err != nil {
+		return nil, err
 	}
 	return c, nil
 }
@@ -32,15 +36,16 @@ func compileSpec(e *env, dir string) (*ir.Cluster, error) {
 func loadBundle(file string) (*pki.Bundle, diag.List, error) {
 	b, diags, err := pipeline.LoadBundle(file)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil, statusError{code: exitProblems, msg: fmt.Sprintf("secrets bundle %s does not exist; create one with `kcompile secrets init -o %s`", file, file)}
+		return nil, nil, statusError{code: exitProblems, msg: fmt.Sprintf("secrets bundle %s does not exist; create one with `kcompile secrets init -s %s`", file, file)}
 	}
 	return b, diags, err
 }
 
 // run runs the pipeline on the spec and the bundle for a command that
-// needs them valid: it issues the PKI and builds the targets. Diagnostics
-// are printed on stderr when any is an error (warnings are left to
-// `kcompile check`), and the command ends with exit status 1.
+// needs them valid: it issues the PKI and builds the targets. When any
+// diagnostic is an error they are all printed on stderr and the command
+// ends with exit status 1; otherwise the warnings are printed there: a
+// build that succeeds with a warning must still say it.
 func (a specAndSecrets) run(e *env, ts ...pipeline.Target) (*pipeline.Output, error) {
 	b, diags, err := loadBundle(a.Secrets)
 	if err != nil {
@@ -49,12 +54,12 @@ func (a specAndSecrets) run(e *env, ts ...pipeline.Target) (*pipeline.Output, er
 	if diags.HasErrors() {
 		return nil, printDiagnostics(e, diags, "cannot use the secrets bundle "+a.Secrets)
 	}
-	out, err := pipeline.Run(pipeline.Input{Source: compiler.Source{Dir: a.Dir}, Bundle: b, Now: e.now, Issue: true, Targets: ts})
+	out, err := pipeline.Run(pipeline.Input{Source: compiler.Source{Dir: a.Dir}, Bundle: b, Now: e.now, Issue: true, Targets: ts, Stage: e.progress.stage})
 	if err != nil {
 		return nil, err
 	}
 	if !out.Diagnostics.HasErrors() {
-		return out, nil
+		return out, printWarnings(e, append(diags, out.Diagnostics...).Sorted())
 	}
 	msg := "nothing written"
 	switch {
@@ -69,12 +74,24 @@ func (a specAndSecrets) run(e *env, ts ...pipeline.Target) (*pipeline.Output, er
 // printDiagnostics prints diagnostics that stop a command and the status
 // error that ends it.
 func printDiagnostics(e *env, diags diag.List, msg string) error {
+	e.progress.pause()
 	if err := diags.Relative(e.cwd).WriteText(e.stderr); err != nil {
 		return err
 	}
 	return statusError{code: exitProblems, msg: msg}
 }
 
+// printWarnings prints the warnings of a command that goes on, once, at
+// their positions; nothing when there are none.
+func printWarnings(e *env, diags diag.List) error {
+	if len(diags) == 0 {
+		return nil
+	}
+	e.progress.pause()
+	return diags.Relative(e.cwd).WriteText(e.stderr)
+}
+
+// writePrivateFile writes data to path with mode 0600, atomically,
 // refusing to replace an existing file unless force is set.
 func writePrivateFile(path string, data []byte, force bool) error {
 	if _, err := os.Lstat(path); err == nil && !force {

@@ -65,6 +65,8 @@ func (c *upCmd) Run(e *env) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// From here up tells each step on stderr itself, a line each.
+	e.progress.pause()
 	cluster, err := nspawn.Up(ctx, nspawn.Config{
 		Cluster:   out.Cluster,
 		Systemd:   out.Trees[pipeline.Systemd],
@@ -83,7 +85,8 @@ func (c *upCmd) Run(e *env) error {
 	if err != nil {
 		return statusError{code: exitProblems, msg: err.Error()}
 	}
-	fmt.Fprintf(e.stdout, "cluster %s is up; kubeconfig: %s\nCtrl-C or `kcompile down --work %s` stops it.\n", out.Cluster.Name, cluster.Kubeconfig(), work)
+	fmt.Fprintf(e.stdout, "cluster %s is up (%s) in %s; kubeconfig: %s\nCtrl-C or `kcompile down --work %s` stops it.\n",
+		out.Cluster.Name, plural(len(out.Cluster.Nodes), "node"), e.progress.took(), cluster.Kubeconfig(), work)
 	werr := cluster.Wait(ctx)
 	stop()
 	dctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

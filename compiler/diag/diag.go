@@ -79,7 +79,7 @@ func (p Pos) Compare(q Pos) int {
 }
 
 // Rule describes one diagnostic kcompile can report: the catalogue of
-// rules (the README's table of checks) is a list of these, gathered from
+// rules (the table of checks in docs/checks.md) is a list of these, gathered from
 // the compiler, the PKI and each target.
 type Rule struct {
 	Code     string

@@ -55,7 +55,8 @@ func (o Origin) String() string {
 type Setting struct {
 	// Path is the CUE-style path, for example "network.serviceCIDR" or
 	// "nodes.w01.address" for a node expanded from a pool.
-	Path   string
+	Path string
+	// Value is the value as JSON: a string is quoted, a number is not.
 	Value  string
 	Origin Origin
 }

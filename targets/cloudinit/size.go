@@ -23,6 +23,7 @@ func Rules() []diag.Rule {
 		{Code: CodeUserDataSize, Severity: diag.Error, Family: "cloud-init target", Summary: "a node's user-data is larger than cloudInit.maxUserDataBytes"},
 		{Code: CodeNoServiceRoute, Severity: diag.Warning, Family: "cloud-init target", Summary: "no gateway of a Service CIDR's IP family: the network-config gives the nodes no route to Service addresses"},
 		{Code: CodeIgnitionNodes, Severity: diag.Warning, Family: "cloud-init target", Summary: "nodes run an Ignition system (Flatcar, Fedora CoreOS): the cloud-init target leaves them out"},
+		{Code: CodeNoCloudInitNode, Severity: diag.Error, Family: "cloud-init target", Summary: "every node runs an Ignition system: the cloud-init target would write no node configuration"},
 	}
 }
 
@@ -104,9 +105,13 @@ func CheckRoutes(c *ir.Cluster) diag.List {
 // and some nodes run an Ignition system.
 const CodeIgnitionNodes = "KC1303"
 
+// CodeNoCloudInitNode is reported when the cloud-init target is asked for
+// and every node runs an Ignition system.
+const CodeNoCloudInitNode = "KC1304"
+
 // CheckCoverage reports the nodes the target leaves out: those that run
 // an Ignition system, at the field that chose it.
 func CheckCoverage(c *ir.Cluster) diag.List {
-	return targets.CheckCoverage(c, CodeIgnitionNodes, func(n ir.Node) bool { return n.OS.Ignition() },
+	return targets.CheckCoverage(c, CodeIgnitionNodes, CodeNoCloudInitNode, func(n ir.Node) bool { return n.OS.Ignition() },
 		"configured by Ignition, not cloud-init: the cloud-init target leaves them out", "build them with --target ignition (the terraform target serves both kinds)")
 }

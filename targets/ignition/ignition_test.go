@@ -11,6 +11,7 @@ import (
 
 	v34 "github.com/coreos/ignition/v2/config/v3_4"
 
+	"github.com/kcompile/kcompile/compiler/diag"
 	"github.com/kcompile/kcompile/compiler/ir"
 	"github.com/kcompile/kcompile/fixture"
 	"github.com/kcompile/kcompile/targets"
@@ -184,20 +185,25 @@ func TestDecodeReadsWhatIgnitionWrites(t *testing.T) {
 }
 
 // TestCoverage: each node-config target names the nodes it leaves out,
-// at the field that chose their system.
+// at the field that chose their system, and a target that would leave
+// out every node is an error.
 func TestCoverage(t *testing.T) {
 	fc := fixture.Material(t, "flatcar", nil).Cluster
 	if d := ignition.CheckCoverage(fc); len(d) != 0 {
 		t.Errorf("flatcar: the Ignition target leaves out %v", d)
 	}
 	d := cloudinit.CheckCoverage(fc)
-	if len(d) != 1 || d[0].Code != cloudinit.CodeIgnitionNodes || len(d[0].Positions) != 2 ||
+	if len(d) != 1 || d[0].Code != cloudinit.CodeNoCloudInitNode || d[0].Severity != diag.Error || len(d[0].Positions) != 2 ||
 		!strings.Contains(d[0].Message, "cp1 (Flatcar Container Linux)") || !strings.Contains(d[0].Message, "fc1 (Fedora CoreOS)") {
 		t.Errorf("flatcar: cloud-init coverage %v", d)
 	}
 	ha := fixture.Material(t, "ha-stacked", nil).Cluster
-	if d := ignition.CheckCoverage(ha); len(d) != 1 || d[0].Code != ignition.CodeCloudInitNodes || d[0].Path != "os" {
+	if d := ignition.CheckCoverage(ha); len(d) != 1 || d[0].Code != ignition.CodeNoIgnitionNode || d[0].Severity != diag.Error ||
+		d[0].Path != "os" || !strings.Contains(d[0].Message, "no node configuration") || !strings.Contains(d[0].Message, "cp1 (Debian)") {
 		t.Errorf("ha-stacked: Ignition coverage %v", d)
+	}
+	if d := cloudinit.CheckCoverage(ha); len(d) != 0 {
+		t.Errorf("ha-stacked: the cloud-init target leaves out %v", d)
 	}
 }
 

@@ -21,7 +21,7 @@ import (
 // set-up of the machines that a bare-metal host does by itself, or a
 // change this host needs. up prints every one it applies.
 type Adjustment struct {
-	// Name is short and stable: the README lists every adjustment by it.
+	// Name is short and stable: docs/up.md lists every adjustment by it.
 	Name string
 	// What is done, and Why.
 	What, Why string

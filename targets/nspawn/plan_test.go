@@ -298,7 +298,7 @@ func TestResolveIn(t *testing.T) {
 	}
 }
 
-// TestReadmeListsEveryAdjustment holds the README's table of adjustments
+// TestReadmeListsEveryAdjustment holds docs/up.md's table of adjustments
 // to what decide applies, on a host that needs every one of them.
 func TestReadmeListsEveryAdjustment(t *testing.T) {
 	// dual-stack's endpoint is a VIP outside the spec, which up serves.
@@ -324,13 +324,14 @@ func TestReadmeListsEveryAdjustment(t *testing.T) {
 			applied[x.Name] = true
 		}
 	}
-	data, err := os.ReadFile(fixture.Path("README.md"))
+	const page = "docs/up.md"
+	data, err := os.ReadFile(fixture.Path(page))
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, section, ok := strings.Cut(string(data), "### What up does that the compiled tree does not say")
+	_, section, ok := strings.Cut(string(data), "\n## What up does that the compiled tree does not say\n")
 	if !ok {
-		t.Fatal("README.md has no section on up's adjustments")
+		t.Fatalf("%s has no section on up's adjustments", page)
 	}
 	section, _, _ = strings.Cut(section, "\n## ")
 	listed := map[string]bool{}
@@ -342,12 +343,12 @@ func TestReadmeListsEveryAdjustment(t *testing.T) {
 	}
 	for n := range applied {
 		if !listed[n] {
-			t.Errorf("up applies %s, which README.md does not list", n)
+			t.Errorf("up applies %s, which %s does not list", n, page)
 		}
 	}
 	for n := range listed {
 		if !applied[n] {
-			t.Errorf("README.md lists %s, which up never applies", n)
+			t.Errorf("%s lists %s, which up never applies", page, n)
 		}
 	}
 }

@@ -37,7 +37,7 @@ import (
 // times, both memories and the ratios the simulation is held to: on the
 // same shape at most 0.5× KWOK's time and 1.0× its memory; large at
 // most 0.8× KWOK's time. It takes a few minutes and is run on demand
-// (README, "Simulating a cluster").
+// (docs/simulation.md, "The benchmarks").
 func BenchmarkKWOKBeside(b *testing.B) {
 	const nodes = 5000
 	bin := kwokBinaries(b)
@@ -52,8 +52,8 @@ func BenchmarkKWOKBeside(b *testing.B) {
 // examples/xlarge (the same number of workers behind one control-plane
 // node) with kcompile sim in a process of its own, timed and measured
 // as BenchmarkKWOKBeside does. It reports both and the ratios. It takes
-// about five minutes and is run on demand (README, "Simulating a
-// cluster").
+// about five minutes and is run on demand (docs/simulation.md, "The
+// benchmarks").
 func BenchmarkKWOKBesideXLarge(b *testing.B) {
 	const nodes = 10000
 	bin := kwokBinaries(b)

@@ -51,6 +51,22 @@ type cli struct {
 	Scenario string        `type:"existingfile" placeholder:"FILE" help:"Play a CUE scenario (steps and expectations) once the cluster is ready, print a pass/fail report and exit: 1 when an expectation fails."`
 }
 
+// Help is the detailed help of `kcompile sim --help`, with an example and
+// the exit statuses, as every kcompile command's help has.
+func (cli) Help() string {
+	return `Examples:
+  kcompile sim examples/ha-stacked -s secrets.json --until ready
+  kcompile sim examples/ha-stacked -s secrets.json --scenario drill.cue
+  kcompile sim examples/large -s secrets.json --workdir /tmp/large   # Ctrl-C stops it
+
+Exit status:
+  0  the cluster reached --until, the scenario passed, or Ctrl-C stopped it
+  1  the spec or the bundle has errors, the cluster did not become ready in
+     --timeout, or an expectation of the scenario failed
+  2  usage error
+`
+}
+
 // exitCode carries kong's exit status out of its Exit hook.
 type exitCode int
 
@@ -122,7 +138,7 @@ func (c *cli) run(now time.Time, cwd string, stdout, stderr io.Writer) (int, str
 	b, diags, err := pipeline.LoadBundle(c.Secrets)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		return exitProblems, fmt.Sprintf("secrets bundle %s does not exist; create one with `kcompile secrets init -o %s`", c.Secrets, c.Secrets)
+		return exitProblems, fmt.Sprintf("secrets bundle %s does not exist; create one with `kcompile secrets init -s %s`", c.Secrets, c.Secrets)
 	case err != nil:
 		return exitProblems, err.Error()
 	case diags.HasErrors():

@@ -1,0 +1,61 @@
+package main
+
+// The detailed help (kong's HelpProvider) of the commands whose code
+// lives in files of their own subject; every command's --help shows an
+// example and its exit statuses.
+
+func (diffCmd) Help() string {
+	return `Examples:
+  kcompile diff examples/ha-stacked my-change            # two spec directories
+  kcompile diff --git origin/main..HEAD . -o markdown    # a pull-request comment
+  kcompile diff --golden golden/systemd out/systemd      # a built tree against goldens
+
+Without --secrets both sides are compiled with one throw-away bundle: the
+structure and every certificate's identity are compared, key material is
+not (the output says so).
+` + exitCodes("0", "no difference", "1", "the two sides differ", "2", "an error: a spec that does not compile, a usage mistake")
+}
+
+func (upCmd) Help() string {
+	return `Examples:
+  sudo kcompile up examples/single-node --binaries .bin/node --images .bin/images
+  sudo kcompile down examples/single-node                # from another terminal
+
+Runs until Ctrl-C or kcompile down; needs root (network namespaces,
+systemd-nspawn). Everything it made is journalled in the work directory and
+removed by down.
+` + exitCodes("0", "stopped by Ctrl-C or kcompile down, everything removed", "1", "the cluster could not be booted here or did not come up in --timeout (the reason on stderr)", "2", "usage error")
+}
+
+func (downCmd) Help() string {
+	return `Examples:
+  sudo kcompile down examples/single-node
+  sudo kcompile down --work /var/lib/kcompile/up/my-cluster
+` + exitCodes("0", "stopped and removed (or nothing was running)", "1", "something could not be removed (named on stderr)", "2", "usage error")
+}
+
+func (simCmd) Help() string {
+	return `Examples:
+  kcompile sim examples/ha-stacked -s secrets.json --until ready
+  kcompile sim examples/large -s secrets.json --scenario drill.yaml
+
+kcompile-sim must be beside kcompile or on PATH; kcompile sim --help
+prints its own flags.
+` + exitCodes("0", "the simulation reached --until or was stopped", "1", "the spec or the bundle has errors, or the simulation failed", "2", "usage error")
+}
+
+func (completionCmd) Help() string {
+	return `Examples:
+  source <(kcompile completion bash)                               # this shell
+  kcompile completion bash > /etc/bash_completion.d/kcompile       # every bash
+  kcompile completion zsh > "${fpath[1]}/_kcompile"
+  kcompile completion fish > ~/.config/fish/completions/kcompile.fish
+` + exitCodes("0", "printed", "2", "usage error")
+}
+
+func (versionCmd) Help() string {
+	return `Examples:
+  kcompile version
+  kcompile version -o json
+` + exitCodes("0", "printed")
+}
