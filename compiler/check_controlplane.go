@@ -3,6 +3,7 @@ package compiler
 import (
 	"fmt"
 	"net/netip"
+	"net/url"
 	"slices"
 	"strings"
 
@@ -24,6 +25,8 @@ const (
 	CodeVIPNetwork       = "KC0511"
 	CodeVIPSingle        = "KC0512"
 	CodeEndpointPort     = "KC0513"
+	CodeEndpointLoopback = "KC0514"
+	CodeEndpointUnused   = "KC0515"
 )
 
 func controlPlaneFamily() family {
@@ -34,13 +37,15 @@ func controlPlaneFamily() family {
 		rule(CodeEndpointShape, diag.Error, "the API endpoint sets both or neither of address and host"),
 		rule(CodeEndpointInvalid, diag.Error, "the API endpoint address is not an IP address or its host is not a DNS name"),
 		rule(CodeExtraSAN, diag.Error, "an extra API server SAN is neither an IP address nor a DNS name"),
-		rule(CodeEndpointReserved, diag.Error, "the API endpoint address is the network, broadcast or gateway address of a node network"),
+		rule(CodeEndpointReserved, diag.Error, "the API endpoint address is the network, broadcast or gateway address of a node network, or a VIP is a nameserver's or the Matchbox host's"),
 		rule(CodePortClash, diag.Error, "the API server's port is a port another component of its node listens on"),
 		rule(CodeNoPodNode, diag.Warning, "no node can run ordinary pods: every pod-running node is tainted NoSchedule or NoExecute"),
 		rule(CodeVIPAddress, diag.Error, "endpoint mode vip without an endpoint address"),
 		rule(CodeVIPNetwork, diag.Error, "the VIP lies in no node network, or a control-plane node has no address on the VIP's network"),
 		rule(CodeVIPSingle, diag.Warning, "a VIP in front of a single control-plane node"),
-		rule(CodeEndpointPort, diag.Error, "the port the endpoint's proxy listens on is taken on its nodes, or cannot be shared with the API servers"),
+		rule(CodeEndpointPort, diag.Error, "the port the endpoint's proxy listens on is taken on its nodes (sshd's 22, the kubelet's 10248 and 10250, kube-controller-manager's 10257, kube-scheduler's 10259, stacked etcd's 2379-2381, kube-proxy's 10249 and 10256, the CNI plugin's, the NodePort range 30000-32767), or cannot be shared with the API servers"),
+		rule(CodeEndpointLoopback, diag.Error, "endpoint mode nodeLocal with a loopback or unspecified endpoint address (or localhost): the endpoint is what clients outside the cluster dial, the node-local proxy has its own 127.0.0.1"),
+		rule(CodeEndpointUnused, diag.Error, "settings of one endpoint mode (vip.routerID, vip.advertInterval, nodeLocal.port) written while another mode is in force, which ignores them"),
 	}}
 }
 
@@ -107,6 +112,7 @@ func checkEndpointMode(m *model) {
 	if ep == nil {
 		return
 	}
+	checkEndpointUnused(m, ep)
 	var cps []*mnode
 	for _, n := range m.nodes {
 		if n.role == ir.RoleControlPlane {
@@ -156,7 +162,55 @@ func checkEndpointMode(m *model) {
 			}
 		}
 	case string(ir.EndpointNodeLocal):
+		checkNodeLocalEndpoint(m, ep)
 		checkProxyPort(m, "controlPlane.endpoint.nodeLocal.port", ep.NodeLocal.Port, "the node-local proxy", true)
+	}
+}
+
+// checkNodeLocalEndpoint refuses a loopback endpoint in mode nodeLocal.
+// There the nodes dial their own proxy on 127.0.0.1:nodeLocal.port by
+// themselves; address or host is what everything else dials: the admin
+// kubeconfigs, the API server certificate's SANs, kcompile up's and the
+// simulator's readiness checks. A loopback address (or localhost, which
+// resolves to one) reaches only the client's own machine, never the API
+// servers, and on a control-plane node it is where the node's own
+// listeners live (the API server, etcd's and the controllers' local
+// ports), not a balancer.
+func checkNodeLocalEndpoint(m *model, ep *specEndpoint) {
+	const hint = "set address or host to what clients outside the cluster reach the API servers by (a load balancer or a DNS name); the node-local proxy needs no address, only nodeLocal.port"
+	if a, err := netip.ParseAddr(ep.Address); err == nil && (a.Unmap().IsLoopback() || a.IsUnspecified()) {
+		what := "a loopback address"
+		if a.IsUnspecified() {
+			what = "the unspecified address"
+		}
+		m.report(CodeEndpointLoopback, "controlPlane.endpoint.address", fmt.Sprintf("endpoint address %s is %s: in mode nodeLocal the endpoint is what clients outside the cluster dial (admin kubeconfig, certificate SAN), and there it reaches only the client's own machine; every node already dials its own proxy on 127.0.0.1:%d", a, what, ep.NodeLocal.Port),
+			hint, "controlPlane.endpoint.mode")
+	}
+	if h := strings.ToLower(strings.TrimSuffix(ep.Host, ".")); h == "localhost" || strings.HasSuffix(h, ".localhost") {
+		m.report(CodeEndpointLoopback, "controlPlane.endpoint.host", fmt.Sprintf("endpoint host %s names the loopback address (RFC 6761): in mode nodeLocal the endpoint is what clients outside the cluster dial (admin kubeconfig, certificate SAN), and there it reaches only the client's own machine; every node already dials its own proxy on 127.0.0.1:%d", diag.Quote(ep.Host), ep.NodeLocal.Port),
+			hint, "controlPlane.endpoint.mode")
+	}
+}
+
+// endpointModeFields are the settings only one endpoint mode reads.
+var endpointModeFields = []struct{ path, mode string }{
+	{"controlPlane.endpoint.vip.routerID", string(ir.EndpointVIP)},
+	{"controlPlane.endpoint.vip.advertInterval", string(ir.EndpointVIP)},
+	{"controlPlane.endpoint.nodeLocal.port", string(ir.EndpointNodeLocal)},
+}
+
+// checkEndpointUnused refuses settings of an endpoint mode the spec does
+// not use: kcompile would drop them without a word while their author
+// believes keepalived or the node-local proxy configured. An error, not a
+// warning: the spec says two contradicting things, and which one the
+// author meant (the mode or the settings) is not kcompile's to guess.
+func checkEndpointUnused(m *model, ep *specEndpoint) {
+	for _, f := range endpointModeFields {
+		if ep.Mode == f.mode || !m.written(f.path) {
+			continue
+		}
+		m.report(CodeEndpointUnused, f.path, fmt.Sprintf("%s configures endpoint mode %q, but the endpoint's mode is %q, which ignores it", strings.TrimPrefix(f.path, "controlPlane.endpoint."), f.mode, ep.Mode),
+			fmt.Sprintf("set controlPlane.endpoint.mode: %q, or remove the setting", f.mode), "controlPlane.endpoint.mode")
 	}
 }
 
@@ -196,6 +250,27 @@ func checkVIPReserved(m *model, a netip.Addr) {
 				"choose a free address for the VIP; the router keeps its own", fmt.Sprintf("network.gateways[%d]", i))
 		}
 	}
+	// keepalived would take the address from a host the nodes need at
+	// boot: name resolution, or their configurations from Matchbox. (A
+	// load balancer outside the cluster may well share a lab's DNS or
+	// Matchbox host.)
+	if ep := m.spec.ControlPlane.Endpoint; ep == nil || ep.Mode != string(ir.EndpointVIP) {
+		return
+	}
+	for i, ns := range m.spec.Network.Nameservers {
+		if na, err := netip.ParseAddr(ns); err == nil && na.Unmap() == a.Unmap() {
+			m.report(CodeEndpointReserved, "controlPlane.endpoint.address", fmt.Sprintf("endpoint address %s is a nameserver's", a),
+				"choose a free address for the VIP; the nameserver keeps its own", fmt.Sprintf("network.nameservers[%d]", i))
+		}
+	}
+	if b := m.spec.Boot; b != nil && b.MatchboxURL != "" {
+		if u, err := url.Parse(b.MatchboxURL); err == nil {
+			if ha, err := netip.ParseAddr(strings.Trim(u.Hostname(), "[]")); err == nil && ha.Unmap() == a.Unmap() {
+				m.report(CodeEndpointReserved, "controlPlane.endpoint.address", fmt.Sprintf("endpoint address %s is the Matchbox host's (boot.matchboxURL)", a),
+					"choose a free address for the VIP; the machines fetch their configurations from Matchbox at that address", "boot.matchboxURL")
+			}
+		}
+	}
 }
 
 // portOwner is a port some component of a node listens on.
@@ -204,10 +279,17 @@ type portOwner struct {
 	owner string
 }
 
-// nodePorts lists the ports the components of a control-plane node listen
-// on besides the API server, as the targets configure them.
+// nodePorts lists the TCP ports the components of a control-plane node
+// listen on besides the API server, as the targets configure them, and
+// the services of the node's operating system that listen on every
+// address: sshd's 22 (every image runs it, access.users log in through
+// it). Services that listen on a loopback address of their own, such as
+// systemd-resolved's stub on 127.0.0.53:53, and UDP-only ones (chronyd's
+// 123 and 323) clash with no proxy or API server; rpcbind's 111 runs on
+// no image kcompile targets.
 func nodePorts(s *specCluster, stacked bool) []portOwner {
 	out := []portOwner{
+		{22, "sshd, which every node's operating system runs (access.users log in through it)"},
 		{10248, "the kubelet's health endpoint"}, {10250, "the kubelet"},
 		{10257, "kube-controller-manager"}, {10259, "kube-scheduler"},
 	}

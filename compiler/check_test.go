@@ -626,6 +626,34 @@ func designCases() []checkCase {
 			pass: haNet + `controlPlane: endpoint: {mode: "vip", port: 8443}`,
 			fail: haNet + `controlPlane: endpoint: {mode: "vip", port: 10250}`,
 			path: "controlPlane.endpoint.port", pos: "14:45"},
+		{code: CodeEndpointPort, // the VIP on sshd's port
+			pass: haNet + `controlPlane: endpoint: {mode: "vip", port: 8443}`,
+			fail: haNet + `controlPlane: endpoint: {mode: "vip", port: 22}`,
+			path: "controlPlane.endpoint.port", pos: "14:45"},
+		{code: CodeEndpointPort, // the node-local proxy on sshd's port
+			pass: haNet + `controlPlane: endpoint: {mode: "nodeLocal", nodeLocal: port: 6444}`,
+			fail: haNet + `controlPlane: endpoint: {mode: "nodeLocal", nodeLocal: port: 22}`,
+			path: "controlPlane.endpoint.nodeLocal.port", pos: "14:62"},
+		{code: CodeEndpointLoopback, // a loopback address
+			pass: haNet + `controlPlane: endpoint: mode: "nodeLocal"`,
+			fail: strings.Replace(haNet, `"10.0.0.10"`, `"127.0.0.1"`, 1) + `controlPlane: endpoint: mode: "nodeLocal"`,
+			path: "controlPlane.endpoint.address", pos: "7:34"},
+		{code: CodeEndpointLoopback, // IPv6's loopback
+			pass: strings.Replace(haNet, `"10.0.0.10"`, `"127.0.0.1"`, 1) + `controlPlane: endpoint: mode: "external"`,
+			fail: strings.Replace(haNet, `"10.0.0.10"`, `"::1"`, 1) + `controlPlane: endpoint: mode: "nodeLocal"`,
+			path: "controlPlane.endpoint.address", pos: "7:34"},
+		{code: CodeEndpointLoopback, // localhost
+			pass: one + `controlPlane: endpoint: {host: "api.example.com", mode: "nodeLocal"}`,
+			fail: one + `controlPlane: endpoint: {host: "localhost", mode: "nodeLocal"}`,
+			path: "controlPlane.endpoint.host", pos: "9:32"},
+		{code: CodeEndpointUnused, // VRRP settings beside the default mode
+			pass: haNet + `controlPlane: endpoint: {mode: "vip", vip: routerID: 7}`,
+			fail: haNet + `controlPlane: endpoint: vip: routerID: 7`,
+			path: "controlPlane.endpoint.vip.routerID", pos: "14:40"},
+		{code: CodeEndpointUnused, // the node-local proxy's port beside mode vip
+			pass: haNet + `controlPlane: endpoint: {mode: "nodeLocal", nodeLocal: port: 6445}`,
+			fail: haNet + `controlPlane: endpoint: {mode: "vip", nodeLocal: port: 6445}`,
+			path: "controlPlane.endpoint.nodeLocal.port", pos: "14:56"},
 		{code: CodePortClash, // stacked etcd's client port
 			pass: haNet + `controlPlane: apiServer: port: 6444`,
 			fail: haNet + `controlPlane: apiServer: port: 2379`,
@@ -701,6 +729,14 @@ func valueCases() []checkCase {
 		{code: CodeKernelArg,
 			pass: one + `boot: {matchboxURL: "http://mb.example.com:8080", kernel: "/assets/k", initrd: [], args: ["console=ttyS0"]}`,
 			fail: one + `boot: {matchboxURL: "http://mb.example.com:8080", kernel: "/assets/k", initrd: [], args: ["root=${root}"]}`,
+			path: "boot.args[0]", pos: "9:91"},
+		{code: CodeKernelArgOwned, // Ignition's URL, in a family's arguments
+			pass: one + `boot: {matchboxURL: "http://mb.example.com:8080", kernel: "/assets/k", initrd: [], os: flatcar: args: ["console=ttyS0"]}`,
+			fail: one + `boot: {matchboxURL: "http://mb.example.com:8080", kernel: "/assets/k", initrd: [], os: flatcar: args: ["ignition.config.url=http://x.example.com/c.ign"]}`,
+			path: "boot.os.flatcar.args[0]", pos: "9:104"},
+		{code: CodeKernelArgOwned, // cloud-init's data source
+			pass: one + `boot: {matchboxURL: "http://mb.example.com:8080", kernel: "/assets/k", initrd: [], args: ["console=ttyS0"]}`,
+			fail: one + `boot: {matchboxURL: "http://mb.example.com:8080", kernel: "/assets/k", initrd: [], args: ["ds=nocloud"]}`,
 			path: "boot.args[0]", pos: "9:91"},
 		{code: CodeAdmission,
 			pass: one + `security: admission: plugins: ["NodeRestriction", "DenyServiceExternalIPs", "AlwaysPullImages"]`,

@@ -43,6 +43,7 @@ const (
 	CodeMAC            = "KC1614"
 	CodeRegistryHost   = "KC1615"
 	CodeMirrorURL      = "KC1616"
+	CodeKernelArgOwned = "KC1617"
 )
 
 func valuesFamily() family {
@@ -52,7 +53,7 @@ func valuesFamily() family {
 		rule(CodeFailureDomain, diag.Error, "a zone or rack is not a valid Kubernetes label value (zones become topology.kubernetes.io/zone)"),
 		rule(CodeImage, diag.Error, "a container image is not a fully qualified reference with a tag or digest"),
 		rule(CodeImageComponent, diag.Error, "an image override names no component of the CNI plugin"),
-		rule(CodeUserName, diag.Error, "a login name is not a portable user name, or names an account the system or the tree owns"),
+		rule(CodeUserName, diag.Error, "a login name is not a portable user name, or names an account the system or the tree owns or a group the base system has"),
 		rule(CodeSSHKey, diag.Error, "an SSH key is not one authorized_keys line that OpenSSH accepts"),
 		rule(CodeURL, diag.Error, "a URL is not an absolute http(s) URL without credentials, spaces or control characters"),
 		rule(CodeFilePath, diag.Error, "a file path is not a clean absolute path of safe characters"),
@@ -63,6 +64,7 @@ func valuesFamily() family {
 		rule(CodeMAC, diag.Error, "a MAC address is all-zero, broadcast or multicast: no machine's interface has it"),
 		rule(CodeRegistryHost, diag.Error, "a registry of runtime.mirrors is not a registry host as image references name it (host or IP address, optionally :port)"),
 		rule(CodeMirrorURL, diag.Error, "a registry mirror is not an http(s) URL of a host and optional port, or a registry's mirror list is empty or repeats one"),
+		rule(CodeKernelArgOwned, diag.Error, "a kernel argument sets what kcompile appends itself: ignition.config.url (or coreos.config.url), ignition.firstboot, ignition.platform.id, flatcar.first_boot (or coreos.first_boot), ds"),
 	}}
 }
 
@@ -384,7 +386,19 @@ const maxUserName = 32
 func reservedUsers() []string {
 	return []string{"root", "daemon", "bin", "sys", "sync", "games", "man", "lp", "mail", "news", "uucp", "proxy",
 		"www-data", "backup", "list", "irc", "gnats", "nobody", "nogroup", "messagebus", "sshd", "polkitd", "tss",
-		"uuidd", "syslog", "dnsmasq", "ntp", "chrony", "etcd", "kubelet", "containerd"}
+		"uuidd", "syslog", "dnsmasq", "ntp", "chrony", "etcd", "kubelet", "containerd",
+		// The VIP's proxies: Debian's haproxy and keepalived packages make
+		// these accounts on the control-plane nodes.
+		"haproxy", "keepalived_script"}
+}
+
+// systemGroups are groups the base images already have (Debian, Fedora
+// CoreOS, Flatcar): useradd refuses to make a user whose name is an
+// existing group, and cloud-init or Ignition then fails the first boot.
+func systemGroups() []string {
+	return []string{"adm", "tty", "disk", "mem", "kmem", "wheel", "sudo", "cdrom", "dialout", "floppy", "tape", "audio",
+		"video", "users", "utmp", "utempter", "input", "kvm", "render", "sgx", "lock", "ftp", "dbus", "docker",
+		"ssh_keys", "rpc", "rpcuser", "portage", "staff", "src", "shadow", "plugdev", "netdev", "operator"}
 }
 
 func checkUsers(m *model) {
@@ -396,6 +410,9 @@ func checkUsers(m *model) {
 		case slices.Contains(reservedUsers(), name) || strings.HasPrefix(name, "systemd-") || strings.HasPrefix(name, "_"):
 			m.reportKey(CodeUserName, path, fmt.Sprintf("login name %s is an account the system or the node tree owns: the user's keys would own its files and processes", diag.Quote(name)),
 				"choose a personal name for the login, such as \"alice\"")
+		case slices.Contains(systemGroups(), name):
+			m.reportKey(CodeUserName, path, fmt.Sprintf("login name %s is a group the nodes' base system already has: useradd refuses the user, and cloud-init or Ignition fails the first boot", diag.Quote(name)),
+				"choose a personal name for the login, such as \"alice\"; add it to groups through sudo instead")
 		}
 		for i, key := range m.spec.Access.Users[name].SSHAuthorizedKeys {
 			if problem := sshKeyProblem(key); problem != "" {
@@ -557,6 +574,27 @@ func kernelArgProblem(s string) string {
 	return ""
 }
 
+// ownedKernelArgs are the kernel arguments (up to "=") kcompile appends
+// to a node's command line itself (targets/terraform: IgnitionArgs,
+// SeedArg), and the older names Ignition and Flatcar still read for them,
+// with what each sets.
+var ownedKernelArgs = map[string]string{
+	"ignition.config.url":  "the URL Ignition fetches the node's configuration from",
+	"coreos.config.url":    "the URL Ignition fetches the node's configuration from (the older name of ignition.config.url)",
+	"ignition.firstboot":   "Ignition's first-boot switch",
+	"ignition.platform.id": "the platform Ignition reads its configuration for",
+	"flatcar.first_boot":   "Flatcar's first-boot switch",
+	"coreos.first_boot":    "Flatcar's first-boot switch (the older name of flatcar.first_boot)",
+	"ds":                   "cloud-init's data source, which kcompile points at Matchbox",
+}
+
+// ownedKernelArg says what a kernel argument sets that kcompile sets
+// itself, or "".
+func ownedKernelArg(a string) string {
+	key, _, _ := strings.Cut(a, "=")
+	return ownedKernelArgs[key]
+}
+
 // maxKernelArg is the kernel's command line size on x86 (COMMAND_LINE_SIZE).
 const maxKernelArg = 2048
 
@@ -590,6 +628,9 @@ func checkBootValues(m *model) {
 			if problem := kernelArgProblem(a); problem != "" {
 				m.report(CodeKernelArg, fmt.Sprintf("%s[%d]", path, i), fmt.Sprintf("kernel argument %s: %s", diag.Quote(a), problem),
 					"write one argument without spaces, quotes, backslashes or any of $;|&<>, such as \"console=ttyS0\"")
+			} else if what := ownedKernelArg(a); what != "" {
+				m.report(CodeKernelArgOwned, fmt.Sprintf("%s[%d]", path, i), fmt.Sprintf("kernel argument %s sets %s, which kcompile appends itself after the spec's arguments: the node would boot with kcompile's, or with two that contradict each other", diag.Quote(a), what),
+					"remove it: kcompile points every node at its own configuration on Matchbox (boot.matchboxURL)")
 			}
 		}
 	}

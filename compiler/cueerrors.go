@@ -38,7 +38,17 @@ func fromCUE(err error, code string, l *loaded, hint string) diag.List {
 			// a schema position alone does not tell them which file to edit.
 			// An unknown field is reported at its label, which CUE gives.
 			if !strings.Contains(msg, "field not allowed") {
-				positions = append(slices.Clone(l.userPositions(path)), positions...)
+				user := l.userPositions(path)
+				// A hidden field or a definition of the user's is not
+				// recorded as written, and CUE gives a structural cycle
+				// no position: find where the user wrote it rather than
+				// fall back to the top of the spec.
+				if _, ok := l.written[path]; !ok && path != "" {
+					if own := l.unrecordedPositions(e.Path()); len(own) > 0 {
+						user = own
+					}
+				}
+				positions = append(slices.Clone(user), positions...)
 			}
 			if strings.Contains(msg, "conflicting values") || strings.Contains(msg, "empty disjunction") {
 				if m := l.allowedMessage(path); m != "" {
@@ -74,6 +84,36 @@ func fromCUE(err error, code string, l *loaded, hint string) diag.List {
 		out = append(out, d)
 	}
 	return out
+}
+
+// unrecordedPositions finds where the user wrote the value at the
+// error path sels, through hidden fields and definitions, which the
+// record of written paths leaves out.
+func (l *loaded) unrecordedPositions(sels []string) []token.Pos {
+	v := l.user
+	for _, sel := range sels {
+		if n, err := strconv.Atoi(sel); err == nil && v.IncompleteKind() == cue.ListKind {
+			if v = v.LookupPath(cue.MakePath(cue.Index(n))); !v.Exists() {
+				return nil
+			}
+			continue
+		}
+		it, err := v.Fields(cue.Hidden(true), cue.Definitions(true), cue.Optional(true))
+		if err != nil {
+			return nil
+		}
+		found := false
+		for it.Next() {
+			if s := it.Selector(); s.String() == sel || (s.IsString() && s.Unquoted() == sel) {
+				v, found = it.Value(), true
+				break
+			}
+		}
+		if !found {
+			return nil
+		}
+	}
+	return valuePositions(v)
 }
 
 // informativeness ranks CUE messages about one path: a defaulted
@@ -205,13 +245,24 @@ func (l *loaded) allowedMessage(path string) string {
 		return ""
 	}
 	var alts []string
-	var walk func(v cue.Value) bool
-	walk = func(v cue.Value) bool {
+	// noun names the alternatives when they are a definition that has
+	// a name for them (#OS: the operating-system families).
+	noun := ""
+	var walk func(v cue.Value, depth int) bool
+	walk = func(v cue.Value, depth int) bool {
+		if depth > 8 {
+			return false
+		}
+		if _, ref := v.ReferencePath(); len(ref.Selectors()) > 0 {
+			if n, ok := enumNouns[ref.String()]; ok {
+				noun = n
+			}
+		}
 		op, args := v.Expr()
 		switch {
 		case op == cue.OrOp:
 			for _, a := range args {
-				if !walk(a) {
+				if !walk(a, depth+1) {
 					return false
 				}
 			}
@@ -222,13 +273,38 @@ func (l *loaded) allowedMessage(path string) string {
 				alts = append(alts, s)
 			}
 			return true
+		case op != cue.NoOp:
+			// A reference to a definition (#OS) or a computed default:
+			// its value holds the alternatives.
+			if e := v.Eval(); e.Err() == nil {
+				if eop, _ := e.Expr(); eop == cue.OrOp || e.IsConcrete() {
+					return walk(e, depth+1)
+				}
+			}
 		}
 		return false
 	}
-	if !walk(want) || len(alts) == 0 {
+	if !walk(want, 0) || len(alts) == 0 {
 		return ""
 	}
+	if noun != "" {
+		field := path[lastDot(path)+1:]
+		bare := make([]string, len(alts))
+		for i, a := range alts {
+			if u, err := strconv.Unquote(a); err == nil {
+				a = u
+			}
+			bare[i] = a
+		}
+		return fmt.Sprintf("%s %s is not a %s: %s", field, formatValue(got), noun, strings.Join(bare, ", "))
+	}
 	return fmt.Sprintf("%s is not allowed here; allowed: %s", formatValue(got), strings.Join(alts, ", "))
+}
+
+// enumNouns name the alternatives of a schema definition in messages
+// about a value that is none of them.
+var enumNouns = map[string]string{
+	"#OS": "supported family",
 }
 
 // sortPositions puts user positions before schema positions, keeping order
@@ -308,6 +384,8 @@ func hintFor(msg, path string, l *loaded) string {
 		return fmt.Sprintf("%s is not a field here; remove it or check its spelling (%s)", field, l.docWords().lists)
 	case strings.Contains(msg, "is not allowed here; allowed:"):
 		return "use one of the allowed values"
+	case strings.Contains(msg, "is not a supported family:"):
+		return "kcompile configures these operating-system families only: write one of them"
 	case strings.Contains(msg, "mismatched types"):
 		return "the value has the wrong type: write it as the schema declares (see the schema position)"
 	case strings.Contains(msg, "conflicting values"), strings.Contains(msg, "empty disjunction"):

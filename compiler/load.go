@@ -1,16 +1,24 @@
 package compiler
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
+	"syscall"
+	"time"
 
 	"cuelang.org/go/cue"
 	"cuelang.org/go/cue/ast"
 	"cuelang.org/go/cue/build"
 	cueerrors "cuelang.org/go/cue/errors"
+	"cuelang.org/go/cue/inject/embed"
 	"cuelang.org/go/cue/load"
 	"cuelang.org/go/cue/parser"
 	"cuelang.org/go/cue/token"
@@ -67,19 +75,22 @@ func loadSpec(ctx *cue.Context, src Source) (*loaded, diag.List) {
 	if d := checkDir(src, dir); d != nil {
 		return nil, diag.List{*d}
 	}
-	cfg := &load.Config{Dir: dir}
-	if len(src.Overlay) > 0 {
-		cfg.Overlay = map[string]load.Source{}
-		for name, b := range src.Overlay {
-			cfg.Overlay[filepath.Join(dir, name)] = load.FromBytes(b)
-		}
+	// Everything CUE reads, @embed included, stays inside the spec
+	// directory and is a regular file.
+	fsys, err := openConfined(dir, src.Overlay)
+	if err != nil {
+		return nil, diag.List{{Code: CodeLoad, Severity: diag.Error, Message: err.Error(), Positions: []diag.Pos{{File: dir}}}}
 	}
-	insts := load.Instances([]string{"."}, cfg)
+	defer fsys.Close()
+	insts := load.Instances([]string{"."}, fsys.config(""))
 	if len(insts) != 1 {
 		return nil, diag.List{{Code: CodeLoad, Severity: diag.Error, Message: fmt.Sprintf("%s: expected one CUE package, found %d", src.Dir, len(insts)),
 			Hint: "put the spec's .cue files in one directory, all with the same package clause"}}
 	}
 	inst := insts[0]
+	if d := fsys.diagnostics(CodeLoad, "spec", inst.Err); len(d) > 0 {
+		return nil, d
+	}
 	if inst.Err != nil {
 		return nil, loadErrors(src, dir, inst.Err)
 	}
@@ -105,8 +116,15 @@ func loadSpec(ctx *cue.Context, src Source) (*loaded, diag.List) {
 	// Recorded first, so that errors of the user's value alone (a
 	// structural cycle) can point where it was written.
 	recordWritten(user, l.written, l.labels)
+	if d := fsys.diagnostics(CodeLoad, "spec", user.Err()); len(d) > 0 {
+		return nil, d
+	}
 	if err := user.Err(); err != nil {
-		return nil, fromCUE(err, CodeSchema, l, "")
+		out, rest := importProblems(CodeLoad, "spec", err)
+		if rest != nil {
+			out = append(out, fromCUE(rest, CodeSchema, l, "")...)
+		}
+		return nil, out
 	}
 
 	av := user.LookupPath(cue.MakePath(cue.Str("apiVersion")))
@@ -224,9 +242,7 @@ func loadErrors(src Source, dir string, err error) diag.List {
 		case strings.Contains(full, "found packages"):
 			d.Hint = "a spec is one CUE package: give every .cue file in the directory the same package clause"
 		case msg == "import failed" && len(d.Positions) > 0:
-			reason := full[strings.LastIndex(full, ": ")+2:]
-			d.Message = fmt.Sprintf("import %s cannot be loaded: %s", sourceText(src, cueerrors.Positions(e)[0]), reason)
-			d.Hint = "a spec may import CUE's standard library (such as \"strings\" or \"list\"); another package needs a CUE module (`cue mod init` in the spec directory, with the dependency), or write its values into the spec"
+			d = importFailed(src, CodeLoad, "spec", e)
 		case len(d.Positions) == 0 && strings.HasPrefix(full, "open "):
 			// The loader could not open a file: a dangling or looping
 			// symbolic link, or a file it may not read.
@@ -249,6 +265,90 @@ func loadErrors(src Source, dir string, err error) diag.List {
 		out = append(out, d)
 	}
 	return out
+}
+
+// importFailed words CUE's "import failed", of a package that cannot be
+// loaded, naming the import path at the import; what is what imports
+// it ("spec", "policy"). e must carry the import's position.
+func importFailed(src Source, code, what string, e cueerrors.Error) diag.Diagnostic {
+	full := e.Error()
+	reason := full[strings.LastIndex(full, ": ")+2:]
+	at := cueerrors.Positions(e)[0]
+	return diag.Diagnostic{Code: code, Severity: diag.Error, Positions: convertPositions([]token.Pos{at}),
+		Message: fmt.Sprintf("import %s cannot be loaded: %s", sourceText(src, at), reason),
+		Hint:    fmt.Sprintf("a %s may import CUE's standard library (such as \"strings\" or \"list\"); another package needs a CUE module (`cue mod init` in the %s directory, with the dependency), or write its values into the %s", what, what, what)}
+}
+
+// stdlib are the packages of CUE's standard library, which any CUE file
+// may import without a module.
+var stdlib = []string{"crypto/ed25519", "crypto/hmac", "crypto/md5", "crypto/sha1", "crypto/sha256", "crypto/sha512",
+	"encoding/base64", "encoding/csv", "encoding/hex", "encoding/json", "encoding/toml", "encoding/yaml",
+	"html", "list", "math", "math/bits", "net", "path", "regexp", "strconv", "strings", "struct",
+	"text/tabwriter", "text/template", "time", "uuid"}
+
+// importProblems takes the errors about imports out of err, which CUE
+// reports when it builds a package: an import of a package the standard
+// library does not have is one diagnostic per import path, at each
+// import of it (CUE also reports it as unused where nothing refers to
+// it), naming the standard package of the nearest name; an import left
+// unused is one at the import. The rest of err is returned. code is the
+// diagnostics' code, what names what imports ("spec", "policy").
+func importProblems(code, what string, err error) (diag.List, error) {
+	var out diag.List
+	var rest cueerrors.Error
+	undefined := map[string]int{}
+	at := func(p token.Pos) string { return fmt.Sprintf("%s:%d:%d", p.Filename(), p.Line(), p.Column()) }
+	undefinedAt := map[string]bool{}
+	errs := cueerrors.Errors(err)
+	for _, e := range errs {
+		format, args := e.Msg()
+		ps := cueerrors.Positions(e)
+		if format != "builtin package %q undefined" || len(args) != 1 || len(ps) == 0 {
+			continue
+		}
+		for _, p := range ps {
+			undefinedAt[at(p)] = true
+		}
+		name := fmt.Sprint(args[0])
+		if i, ok := undefined[name]; ok {
+			out[i].Positions = append(out[i].Positions, convertPositions(ps)...)
+			continue
+		}
+		hint := fmt.Sprintf("a %s imports the standard library by name (such as \"strings\", \"list\" or \"net\"); another package needs a CUE module", what)
+		best, dist := "", 3
+		for _, std := range stdlib {
+			if d := editDistance(name, std); d < dist {
+				best, dist = std, d
+			}
+		}
+		if best != "" {
+			hint = fmt.Sprintf("did you mean %q? ", best) + hint
+		}
+		undefined[name] = len(out)
+		out = append(out, diag.Diagnostic{Code: code, Severity: diag.Error, Positions: convertPositions(ps),
+			Message: fmt.Sprintf("import %q is not a package of CUE's standard library", name), Hint: hint})
+	}
+	for _, e := range errs {
+		format, args := e.Msg()
+		ps := cueerrors.Positions(e)
+		switch {
+		case format == "builtin package %q undefined" && len(args) == 1 && len(ps) > 0:
+		case strings.HasPrefix(format, "imported and not used: ") && len(args) > 0 && len(ps) > 0:
+			if undefinedAt[at(ps[0])] {
+				// The same import, reported above.
+				continue
+			}
+			out = append(out, diag.Diagnostic{Code: code, Severity: diag.Error, Positions: convertPositions(ps),
+				Message: fmt.Sprintf("import %v is not used", args[0]),
+				Hint:    fmt.Sprintf("remove the import, or refer to the package in the %s", what)})
+		default:
+			rest = cueerrors.Append(rest, e)
+		}
+	}
+	if rest == nil {
+		return out, nil
+	}
+	return out, rest
 }
 
 // consequence reports whether a missing value at path is only the
@@ -314,6 +414,12 @@ func checkDir(src Source, dir string) *diag.Diagnostic {
 	d := &diag.Diagnostic{Code: CodeLoad, Severity: diag.Error, Positions: []diag.Pos{{File: dir}}}
 	fi, err := os.Stat(dir)
 	switch {
+	case errors.Is(err, syscall.ELOOP):
+		d.Message = fmt.Sprintf("spec directory %s is a symbolic-link loop: following its links leads back to them", src.Dir)
+		d.Hint = "pass the directory that holds the spec's .cue files, or point the link at it"
+	case err != nil && !errors.Is(err, fs.ErrNotExist):
+		d.Message = fmt.Sprintf("spec directory %s cannot be read: %v", src.Dir, errors.Unwrap(err))
+		d.Hint = "pass a directory kcompile may read, holding the spec's .cue files"
 	case err != nil:
 		d.Message = fmt.Sprintf("spec directory %s does not exist", src.Dir)
 		d.Hint = "pass the directory that holds the spec's .cue files"
@@ -478,4 +584,408 @@ func toIRPos(p token.Pos) ir.Pos {
 		return ir.Pos{}
 	}
 	return ir.Pos{File: p.Filename(), Line: p.Line(), Column: p.Column()}
+}
+
+// confinedFS is the file system CUE's loader, and through it @embed,
+// reads a spec or policy directory by: an os.Root, so that no path and no
+// symbolic link leads out of the directory (absolute links are refused
+// too), with the in-memory overlay of a Source over it. It opens only
+// regular files: a FIFO, device or socket is refused before it is
+// opened, and opened without blocking should it be swapped in after the
+// check. Every refusal is recorded, to be reported as a diagnostic
+// naming the file: CUE's own messages word some of them as a missing
+// file.
+type confinedFS struct {
+	root *os.Root
+	// dir is the directory's absolute path, for positions and messages.
+	dir     string
+	overlay map[string][]byte
+	// cwd is where a policy is loaded from by import path: the working
+	// directory, inside the module root.
+	cwd     string
+	mu      sync.Mutex
+	refused []refusal
+}
+
+// refusal is a file the confined file system would not read: path is
+// slash-separated inside the directory.
+type refusal struct {
+	path, reason string
+}
+
+// openConfined opens dir (after resolving its symbolic links) as the
+// root of a confined file system; overlay keys are paths inside dir.
+func openConfined(dir string, overlay map[string][]byte) (*confinedFS, error) {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil, err
+	}
+	c := &confinedFS{root: root, dir: dir, overlay: map[string][]byte{}}
+	for name, b := range overlay {
+		c.overlay[filepath.ToSlash(filepath.Clean(name))] = b
+	}
+	return c, nil
+}
+
+// config is a loader configuration reading through c, with positions
+// naming the files by their real paths; dir is where to load from, a
+// slash path inside c.
+func (c *confinedFS) config(dir string) *load.Config {
+	return &load.Config{FS: c, Dir: "/" + strings.TrimPrefix(dir, "/"), FromFSPath: c.osPath}
+}
+
+// osPath maps a path of the loader (slash-separated, from the root of c)
+// to the file's path on disk.
+func (c *confinedFS) osPath(p string) string {
+	return filepath.Join(c.dir, filepath.FromSlash(strings.TrimPrefix(p, "/")))
+}
+
+func (c *confinedFS) Close() error { return c.root.Close() }
+
+func (c *confinedFS) refuse(op, name, reason string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !slices.ContainsFunc(c.refused, func(r refusal) bool { return r.path == name }) {
+		c.refused = append(c.refused, refusal{path: name, reason: reason})
+	}
+	return &fs.PathError{Op: op, Path: c.osPath(name), Err: errors.New(reason)}
+}
+
+// failed turns an error of the root into a refusal when the path leaves
+// the directory or loops; other errors (a missing file) pass unchanged,
+// under the file's real path.
+func (c *confinedFS) failed(op, name string, err error) error {
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+	case errors.Is(err, syscall.ELOOP):
+		return c.refuse(op, name, "is a symbolic link that leads back to itself")
+	case errors.Is(err, syscall.ENOTDIR), errors.Is(err, fs.ErrPermission):
+	default:
+		if fi, lerr := c.root.Lstat(name); lerr == nil && fi.Mode()&fs.ModeSymlink != 0 || strings.Contains(err.Error(), "escapes") {
+			return c.refuse(op, name, "is a symbolic link that leads out of the directory (or is absolute)")
+		}
+	}
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		err = pe.Err
+	}
+	return &fs.PathError{Op: op, Path: c.osPath(name), Err: err}
+}
+
+// special names what a file that is not a regular file or a directory
+// is.
+func special(m fs.FileMode) string {
+	switch {
+	case m&fs.ModeNamedPipe != 0:
+		return "is a named pipe (FIFO), not a regular file"
+	case m&fs.ModeSocket != 0:
+		return "is a socket, not a regular file"
+	case m&fs.ModeDevice != 0:
+		return "is a device, not a regular file"
+	}
+	return "is not a regular file"
+}
+
+// Open opens a regular file or a directory of the root.
+func (c *confinedFS) Open(name string) (fs.File, error) {
+	if !fs.ValidPath(name) {
+		return nil, &fs.PathError{Op: "open", Path: name, Err: fs.ErrInvalid}
+	}
+	if b, ok := c.overlay[name]; ok {
+		return &memFile{Reader: bytes.NewReader(b), info: memInfo{name: path.Base(name), size: int64(len(b))}}, nil
+	}
+	fi, err := c.Stat(name)
+	if err != nil {
+		return nil, err
+	}
+	if fi.IsDir() {
+		f, err := c.root.Open(name)
+		if err != nil {
+			if c.overlayDir(name) {
+				return &memFile{Reader: bytes.NewReader(nil), info: memInfo{name: path.Base(name), dir: true}}, nil
+			}
+			return nil, c.failed("open", name, err)
+		}
+		return f, nil
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, c.refuse("open", name, special(fi.Mode()))
+	}
+	// Not blocking, should a FIFO have replaced the file since.
+	f, err := c.root.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, c.failed("open", name, err)
+	}
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		f.Close()
+		if err != nil {
+			return nil, c.failed("open", name, err)
+		}
+		return nil, c.refuse("open", name, special(fi.Mode()))
+	}
+	return f, nil
+}
+
+// Stat describes a file of the root, following symbolic links inside it.
+func (c *confinedFS) Stat(name string) (fs.FileInfo, error) {
+	if !fs.ValidPath(name) {
+		return nil, &fs.PathError{Op: "stat", Path: name, Err: fs.ErrInvalid}
+	}
+	if b, ok := c.overlay[name]; ok {
+		return memInfo{name: path.Base(name), size: int64(len(b))}, nil
+	}
+	fi, err := c.root.Stat(name)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) && c.overlayDir(name) {
+			return memInfo{name: path.Base(name), dir: true}, nil
+		}
+		// The loader stats what it opens next: report its open.
+		return nil, c.failed("open", name, err)
+	}
+	return fi, nil
+}
+
+// Lstat describes a file of the root, a symbolic link as itself.
+func (c *confinedFS) Lstat(name string) (fs.FileInfo, error) {
+	if !fs.ValidPath(name) {
+		return nil, &fs.PathError{Op: "lstat", Path: name, Err: fs.ErrInvalid}
+	}
+	if _, ok := c.overlay[name]; ok || c.overlayDir(name) {
+		return c.Stat(name)
+	}
+	fi, err := c.root.Lstat(name)
+	if err != nil {
+		return nil, c.failed("lstat", name, err)
+	}
+	return fi, nil
+}
+
+// ReadLink reads a symbolic link of the root (not what it leads to).
+func (c *confinedFS) ReadLink(name string) (string, error) {
+	if !fs.ValidPath(name) {
+		return "", &fs.PathError{Op: "readlink", Path: name, Err: fs.ErrInvalid}
+	}
+	t, err := c.root.Readlink(name)
+	if err != nil {
+		return "", c.failed("readlink", name, err)
+	}
+	return t, nil
+}
+
+// ReadDir lists a directory of the root with the overlay's files in it.
+func (c *confinedFS) ReadDir(name string) ([]fs.DirEntry, error) {
+	if !fs.ValidPath(name) {
+		return nil, &fs.PathError{Op: "readdir", Path: name, Err: fs.ErrInvalid}
+	}
+	var out []fs.DirEntry
+	f, err := c.root.Open(name)
+	if err == nil {
+		out, err = f.ReadDir(-1)
+		f.Close()
+	}
+	if err != nil && !(errors.Is(err, fs.ErrNotExist) && c.overlayDir(name)) {
+		return nil, c.failed("open", name, err)
+	}
+	for p, b := range c.overlay {
+		if path.Dir(p) != name {
+			continue
+		}
+		out = slices.DeleteFunc(out, func(e fs.DirEntry) bool { return e.Name() == path.Base(p) })
+		out = append(out, fs.FileInfoToDirEntry(memInfo{name: path.Base(p), size: int64(len(b))}))
+	}
+	for p := range c.overlay {
+		// A directory only the overlay has.
+		for d := path.Dir(p); d != "."; d = path.Dir(d) {
+			if path.Dir(d) == name && !slices.ContainsFunc(out, func(e fs.DirEntry) bool { return e.Name() == path.Base(d) }) {
+				out = append(out, fs.FileInfoToDirEntry(memInfo{name: path.Base(d), dir: true}))
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b fs.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
+	return out, nil
+}
+
+// overlayDir reports whether the overlay holds files below name.
+func (c *confinedFS) overlayDir(name string) bool {
+	for p := range c.overlay {
+		if name == "." || strings.HasPrefix(p, name+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// diagnostics reports each refused file under code, at the positions of
+// the CUE errors of err that name it (an @embed attribute), else at the
+// file; what names the directory's kind ("spec", "policy").
+func (c *confinedFS) diagnostics(code, what string, err error) diag.List {
+	c.mu.Lock()
+	refused := slices.Clone(c.refused)
+	c.mu.Unlock()
+	if len(refused) == 0 {
+		return nil
+	}
+	embeds := c.embeds()
+	var out diag.List
+	for _, r := range refused {
+		d := diag.Diagnostic{Code: code, Severity: diag.Error,
+			Message: fmt.Sprintf("%s file %s %s: kcompile reads only regular files inside the %s directory", what, diag.Quote(r.path), r.reason, what),
+			Hint:    fmt.Sprintf("replace it by a regular file inside %s, or remove it", c.dir)}
+		// Where it is embedded: CUE's loader reads data files beside the
+		// package before any @embed is evaluated, so its errors carry
+		// no position; the attributes are found here.
+		var ps []token.Pos
+		for _, e := range embeds {
+			if e.Matches(r.path) {
+				ps = append(ps, e.Attribute.Pos)
+			}
+		}
+		for _, e := range cueerrors.Errors(err) {
+			if msg := e.Error(); strings.Contains(msg, path.Base(r.path)+":") || strings.Contains(msg, path.Base(r.path)+`"`) {
+				ps = append(ps, cueerrors.Positions(e)...)
+			}
+		}
+		d.Positions = sortPositions(convertPositions(ps))
+		d.Positions = slices.Compact(d.Positions)
+		if len(d.Positions) > 0 {
+			d.Hint = fmt.Sprintf("embed only regular files inside %s: copy the file there, or remove the @embed", c.dir)
+		}
+		d.Positions = append(d.Positions, diag.Pos{File: c.osPath(r.path)})
+		out = append(out, d)
+	}
+	return out
+}
+
+// embeds lists the @embed attributes of the .cue files in the directory
+// a package is loaded from, reading only what the confined file system
+// lets through (a file it refuses is left out).
+func (c *confinedFS) embeds() []*embed.Embed {
+	dir := path.Clean(strings.TrimPrefix(c.cwd, "/"))
+	if dir == "" {
+		dir = "."
+	}
+	entries, err := c.ReadDir(dir)
+	if err != nil {
+		return nil
+	}
+	var out []*embed.Embed
+	for _, e := range entries {
+		name := path.Join(dir, e.Name())
+		if e.IsDir() || !strings.HasSuffix(name, ".cue") {
+			continue
+		}
+		b, err := fs.ReadFile(c, name)
+		if err != nil {
+			continue
+		}
+		f, err := parser.ParseFile(c.osPath(name), b, parser.ParseComments)
+		if err != nil {
+			continue
+		}
+		found, _ := embed.EmbeddedPaths(name, f)
+		out = append(out, found...)
+	}
+	return out
+}
+
+// memFile is a file of the overlay.
+type memFile struct {
+	*bytes.Reader
+	info memInfo
+}
+
+func (f *memFile) Stat() (fs.FileInfo, error) { return f.info, nil }
+func (f *memFile) Close() error               { return nil }
+
+type memInfo struct {
+	name string
+	size int64
+	dir  bool
+}
+
+func (i memInfo) Name() string { return i.name }
+func (i memInfo) Size() int64  { return i.size }
+func (i memInfo) Mode() fs.FileMode {
+	if i.dir {
+		return fs.ModeDir | 0o555
+	}
+	return 0o444
+}
+func (i memInfo) ModTime() time.Time { return time.Time{} }
+func (i memInfo) IsDir() bool        { return i.dir }
+func (i memInfo) Sys() any           { return nil }
+
+// confinePolicy opens the file system a policy package is loaded from,
+// and the argument to load it by: a directory is its own root; an import
+// path is resolved in the CUE module of the working directory (locally,
+// never fetched), confined to the module's root.
+func confinePolicy(dir string) (*confinedFS, string, *diag.Diagnostic) {
+	d := &diag.Diagnostic{Code: CodePolicyLoad, Severity: diag.Error, Positions: []diag.Pos{{File: dir}},
+		Hint: "give --policy a directory holding one CUE package with a policies field, or an import path of the CUE module here"}
+	fi, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, syscall.ELOOP):
+		d.Message = fmt.Sprintf("policy directory %s is a symbolic-link loop: following its links leads back to them", dir)
+		return nil, "", d
+	case err == nil && fi.IsDir():
+		abs, err := filepath.Abs(dir)
+		if err == nil {
+			d.Positions = []diag.Pos{{File: abs}}
+			if cue, _ := filepath.Glob(filepath.Join(abs, "*.cue")); len(cue) == 0 {
+				d.Message = fmt.Sprintf("policy directory %s holds no CUE files", dir)
+				d.Hint = "give --policy the directory that holds the policy package's .cue files (see examples/policies)"
+				return nil, "", d
+			}
+			var fsys *confinedFS
+			if fsys, err = openConfined(abs, nil); err == nil {
+				return fsys, ".", nil
+			}
+		}
+		d.Message = fmt.Sprintf("policy directory %s cannot be read: %v", dir, err)
+		return nil, "", d
+	case err == nil:
+		d.Message = fmt.Sprintf("policy path %s is a file, not a directory", dir)
+		d.Hint = "give --policy the directory that holds the policy package's .cue files: " + filepath.Dir(dir)
+		return nil, "", d
+	case !errors.Is(err, fs.ErrNotExist):
+		d.Message = fmt.Sprintf("policy directory %s cannot be read: %v", dir, errors.Unwrap(err))
+		return nil, "", d
+	case strings.HasPrefix(dir, ".") || filepath.IsAbs(dir) || !strings.Contains(dir, "/"):
+		d.Message = fmt.Sprintf("policy directory %s does not exist", dir)
+		d.Hint = "give --policy the directory that holds the policy package's .cue files, relative to the working directory or absolute"
+		return nil, "", d
+	}
+	// Not a directory: a package of the CUE module here.
+	wd, err := os.Getwd()
+	if err != nil {
+		d.Message = fmt.Sprintf("policy package %s: %v", dir, err)
+		return nil, "", d
+	}
+	root := ""
+	for m := wd; ; {
+		if fi, err := os.Stat(filepath.Join(m, "cue.mod")); err == nil && fi.IsDir() {
+			root = m
+			break
+		}
+		up := filepath.Dir(m)
+		if up == m {
+			break
+		}
+		m = up
+	}
+	if root == "" {
+		// No module to resolve an import path in: the path is a
+		// directory that is not there.
+		d.Message = fmt.Sprintf("policy path %s: no such directory, and not an import path of the CUE module here", dir)
+		d.Hint = "give --policy the directory that holds the policy package's .cue files; an import path needs a CUE module (cue.mod) in or above the working directory"
+		return nil, "", d
+	}
+	fsys, err := openConfined(root, nil)
+	if err != nil {
+		d.Message = fmt.Sprintf("policy package %s: %v", dir, err)
+		return nil, "", d
+	}
+	rel, _ := filepath.Rel(root, wd)
+	fsys.cwd = filepath.ToSlash(rel)
+	return fsys, dir, nil
 }

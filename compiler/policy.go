@@ -2,14 +2,13 @@ package compiler
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 
 	"cuelang.org/go/cue"
 	"cuelang.org/go/cue/ast"
+	"cuelang.org/go/cue/cuecontext"
 	cueerrors "cuelang.org/go/cue/errors"
 	"cuelang.org/go/cue/load"
 	"cuelang.org/go/cue/token"
@@ -42,6 +41,14 @@ func policyRules() []diag.Rule {
 // id, reported as a code, must not take.
 var kcCode = regexp.MustCompile(`^KC[0-9]{4}$`)
 
+// policyID is the grammar of a policy's id: lower-case letters, digits,
+// '-' and '.', starting and ending with a letter or digit, at most 63
+// bytes, like a DNS label. The id is printed as the diagnostic code of
+// every violation, unquoted, and waived by name in specs: a terminal
+// escape or a line break in it would reach the terminal, or forge a
+// diagnostic line of its own.
+var policyID = regexp.MustCompile(`^[a-z0-9]([a-z0-9.-]{0,61}[a-z0-9])?$`)
+
 // policy is one loaded policy.
 type policy struct {
 	id       string
@@ -56,8 +63,10 @@ type policy struct {
 // checkPolicies evaluates every policy of the directories against the
 // spec l and the facts of c, and reports each violation under the
 // policy's id, at the spec value that breaks it and at the policy line
-// that states it.
-func checkPolicies(ctx *cue.Context, l *loaded, m *model, c *ir.Cluster, dirs []string) diag.List {
+// that states it. It also records in hidden every violation a waiver
+// hides, under the waived policy's id, as it would be reported without
+// the waiver.
+func checkPolicies(ctx *cue.Context, l *loaded, m *model, c *ir.Cluster, dirs []string, hidden map[string]diag.List) diag.List {
 	var out diag.List
 	// The schema package loaded with the spec holds both definitions.
 	facts := l.schema.LookupPath(cue.ParsePath("#Facts")).Unify(ctx.Encode(deriveFacts(c, l.src.Profile)))
@@ -91,6 +100,9 @@ func checkPolicies(ctx *cue.Context, l *loaded, m *model, c *ir.Cluster, dirs []
 			for _, d := range p.violations(input, m) {
 				if w, ok := m.spec.Policies.Waivers[p.id]; ok {
 					waived[p.id] = true
+					if hidden != nil {
+						hidden[p.id] = append(hidden[p.id], d)
+					}
 					out = append(out, m.diagAt(CodePolicyWaived, "policies.waivers."+quoteLabel(p.id),
 						fmt.Sprintf("policy %s is waived: %s (%s)", p.id, w.Reason, d.Message), "", d.Positions))
 					continue
@@ -123,27 +135,60 @@ func (m *model) diagAt(code, path, msg, hint string, more []diag.Pos) diag.Diagn
 // directory, such as example.com/policies/prod) and holds every policy
 // to #Policy.
 func loadPolicies(ctx *cue.Context, dir string, shape, input cue.Value) ([]policy, diag.List) {
-	arg, cfg := ".", &load.Config{Dir: dir}
-	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
-		// Not a directory: a package of the CUE module here, resolved
-		// locally (cue.mod), never fetched.
-		if strings.HasPrefix(dir, ".") || filepath.IsAbs(dir) || !strings.Contains(dir, "/") {
-			return nil, diag.List{{Code: CodePolicyLoad, Severity: diag.Error, Message: fmt.Sprintf("policy directory %s: not a directory", dir),
-				Hint: "give --policy a directory holding one CUE package with a policies field, or an import path of the CUE module here"}}
-		}
-		arg, cfg = dir, &load.Config{}
+	fsys, arg, d := confinePolicy(dir)
+	if d != nil {
+		return nil, diag.List{*d}
 	}
-	insts := load.Instances([]string{arg}, cfg)
+	defer fsys.Close()
+	insts := load.Instances([]string{arg}, fsys.config(fsys.cwd))
+	if len(insts) == 1 {
+		if d := fsys.diagnostics(CodePolicyLoad, "policy", insts[0].Err); len(d) > 0 {
+			return nil, d
+		}
+	}
 	if len(insts) != 1 || insts[0].Err != nil {
 		var err error
 		if len(insts) == 1 {
 			err = insts[0].Err
 		}
-		return nil, policyErrors(CodePolicyLoad, dir, err, "fix the CUE syntax; every file needs the same package clause")
+		// An import that cannot be loaded is named at its line, not
+		// taken for a syntax error.
+		var imports diag.List
+		var rest cueerrors.Error
+		for _, e := range cueerrors.Errors(err) {
+			if format, _ := e.Msg(); format == "import failed" && len(cueerrors.Positions(e)) > 0 {
+				imports = append(imports, importFailed(Source{}, CodePolicyLoad, "policy", e))
+				continue
+			}
+			if arg != "." && len(cueerrors.Positions(e)) == 0 && strings.HasPrefix(e.Error(), "cannot find package") {
+				d := diag.Diagnostic{Code: CodePolicyLoad, Severity: diag.Error, Positions: []diag.Pos{{File: dir}},
+					Message: fmt.Sprintf("policy path %s: no such directory, and not an import path of the CUE module here", dir),
+					Hint:    fmt.Sprintf("give --policy the directory that holds the policy package's .cue files, or the import path of a package of the CUE module at %s", fsys.dir)}
+				if _, reason, _ := strings.Cut(e.Error(), "\": "); strings.Contains(reason, "package name") {
+					// The directory is there, under another package clause.
+					d.Message = fmt.Sprintf("policy package %s cannot be loaded: %s", dir, reason)
+					d.Hint = fmt.Sprintf("an import path names the package by its last element; name another after a colon (%s:NAME for `package NAME`)", dir)
+				}
+				imports = append(imports, d)
+				continue
+			}
+			rest = cueerrors.Append(rest, e)
+		}
+		if len(imports) > 0 && rest == nil {
+			return nil, imports
+		}
+		return nil, append(imports, policyErrors(CodePolicyLoad, dir, rest, "fix the CUE syntax; every file needs the same package clause")...)
 	}
 	v := ctx.BuildInstance(insts[0])
+	if d := fsys.diagnostics(CodePolicyLoad, "policy", v.Err()); len(d) > 0 {
+		return nil, d
+	}
 	if err := v.Err(); err != nil {
-		return nil, policyErrors(CodePolicyLoad, dir, err, "fix the CUE error")
+		out, rest := importProblems(CodePolicyLoad, "policy", err)
+		if rest != nil {
+			out = append(out, policyErrors(CodePolicyLoad, dir, rest, "fix the CUE error")...)
+		}
+		return nil, out
 	}
 	pv := v.LookupPath(cue.ParsePath("policies"))
 	if !pv.Exists() {
@@ -165,6 +210,13 @@ func loadPolicies(ctx *cue.Context, dir string, shape, input cue.Value) ([]polic
 				Positions: convertPositions([]token.Pos{p.pos}),
 				Message:   fmt.Sprintf("policy id %s looks like a kcompile diagnostic code", p.id),
 				Hint:      "name the policy for what it asks, e.g. \"prod-etcd-zones\""})
+			continue
+		}
+		if !policyID.MatchString(p.id) {
+			diags = append(diags, diag.Diagnostic{Code: CodePolicyShape, Severity: diag.Error, Path: "policies." + quoteLabel(p.id),
+				Positions: convertPositions([]token.Pos{labelPos(pol)}),
+				Message:   fmt.Sprintf("policy id %s is not an id: it is printed as the code of every violation", diag.Quote(p.id)),
+				Hint:      "an id is lower-case letters, digits, '-' and '.', starting and ending with a letter or digit, at most 63 characters, e.g. \"prod-etcd-zones\""})
 			continue
 		}
 		p.message, _ = pol.LookupPath(cue.ParsePath("message")).String()
@@ -197,6 +249,15 @@ func loadPolicies(ctx *cue.Context, dir string, shape, input cue.Value) ([]polic
 		}
 	}
 	return out, diags
+}
+
+// labelPos is where the field holding v is labelled (a policy's id), or
+// v's own position when its source is not a field.
+func labelPos(v cue.Value) token.Pos {
+	if f, ok := v.Source().(*ast.Field); ok && f.Label != nil && f.Label.Pos().IsValid() {
+		return f.Label.Pos()
+	}
+	return v.Pos()
 }
 
 // constrains says whether v holds a constraint on some field: a
@@ -458,4 +519,50 @@ func policyErrors(code, dir string, err error, hint string) diag.List {
 			Positions: convertPositions(ps), Message: msg, Hint: hint})
 	}
 	return out
+}
+
+// Waiver is one waiver of the spec's policies.waivers, as a review of a
+// change shows it.
+type Waiver struct {
+	// ID is the waived policy's id.
+	ID     string
+	Reason string
+	// Positions are where the waiver is written.
+	Positions []diag.Pos
+	// Waives are the violations the waiver hides, as they would be
+	// reported without it.
+	Waives diag.List
+}
+
+// CompileWaivers compiles the spec at src as Compile does and also
+// returns its policy waivers, sorted by id, with the violations of
+// src.Policies each one hides.
+func CompileWaivers(src Source) (*ir.Cluster, diag.List, []Waiver) {
+	ctx := cuecontext.New()
+	l, diags := loadSpec(ctx, src)
+	if diags.HasErrors() {
+		return nil, diags.Sorted(), nil
+	}
+	m, diags := newModel(l)
+	if diags.HasErrors() {
+		return nil, diags.Sorted(), nil
+	}
+	m.profile = src.Profile
+	for _, f := range families() {
+		f.check(m)
+	}
+	if m.diags.HasErrors() {
+		return nil, m.diags.Sorted(), nil
+	}
+	c := lower(m)
+	hidden := map[string]diag.List{}
+	if len(src.Policies) > 0 {
+		m.diags = append(m.diags, checkPolicies(ctx, l, m, c, src.Policies, hidden)...)
+	}
+	var ws []Waiver
+	for _, id := range sortedKeys(m.spec.Policies.Waivers) {
+		ws = append(ws, Waiver{ID: id, Reason: m.spec.Policies.Waivers[id].Reason,
+			Positions: m.at("policies.waivers." + quoteLabel(id)), Waives: hidden[id].Sorted()})
+	}
+	return c, m.diags.Sorted(), ws
 }

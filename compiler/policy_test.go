@@ -177,3 +177,68 @@ func TestPolicyAbsentValue(t *testing.T) {
 		}
 	}
 }
+
+// TestPolicyIDGrammar is issue 29: a policy's id is printed raw as the
+// code of its violations, so one holding a terminal escape or a line
+// break reached the terminal, or forged a diagnostic line of its own. An
+// id outside the grammar is refused at its label, quoted, and never
+// becomes a code; the ids the examples ship are ids.
+func TestPolicyIDGrammar(t *testing.T) {
+	for _, tc := range []struct {
+		label string // the id as written in CUE
+		ok    bool
+	}{
+		{`"x"`, true}, {`"prod-etcd-zones"`, true}, {`"a.b-1"`, true}, {`"9"`, true}, {`"` + strings.Repeat("a", 63) + `"`, true},
+		{`"evil\nspec.cue:1:1: error KC0101: forged"`, false}, {`"red\u001b[31m"`, false}, {`"\u001b]0;title\u0007"`, false},
+		{`"Prod"`, false}, {`"-x"`, false}, {`"x-"`, false}, {`"a_b"`, false}, {`"a b"`, false}, {`""`, false},
+		{`"` + strings.Repeat("a", 64) + `"`, false}, {`"zone\u202e"`, false},
+	} {
+		dir := t.TempDir()
+		pol := "package p\n\npolicies: " + tc.label + ": {\n\tmessage: \"three workers\"\n\trequire: facts: nodes: workers: >=100\n}\n"
+		if err := os.WriteFile(filepath.Join(dir, "p.cue"), []byte(pol), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, diags := Compile(Source{Dir: "../examples/ha-stacked", Policies: []string{dir}})
+		var shape, violations int
+		for _, d := range diags {
+			switch {
+			case d.Code == CodePolicyShape:
+				shape++
+				if p := d.Primary(); !strings.HasSuffix(p.File, "p.cue") || p.Line != 3 || p.Column != 11 {
+					t.Errorf("%s: at %s, want p.cue:3:11, the id", tc.label, p)
+				}
+				if strings.ContainsAny(d.Message, "\n\x1b\x07\u202e") || !strings.Contains(d.Message, "is not an id") {
+					t.Errorf("%s: message %q", tc.label, d.Message)
+				}
+			case !strings.HasPrefix(d.Code, "KC"):
+				violations++
+				if !tc.ok {
+					t.Errorf("%s: reported as the code %q", tc.label, d.Code)
+				}
+			}
+		}
+		if tc.ok && (shape != 0 || violations != 1) {
+			t.Errorf("%s: %d KC2002, %d violations; want the one violation: %v", tc.label, shape, violations, diags)
+		}
+		if !tc.ok && shape != 1 {
+			t.Errorf("%s: %d KC2002; want one: %v", tc.label, shape, diags)
+		}
+	}
+}
+
+// TestPolicyIDsShipped: every policy the examples ship has an id of the
+// grammar.
+func TestPolicyIDsShipped(t *testing.T) {
+	dirs, err := filepath.Glob("../examples/policies/*")
+	if err != nil || len(dirs) == 0 {
+		t.Fatal(dirs, err)
+	}
+	for _, dir := range dirs {
+		_, diags := Compile(Source{Dir: "../examples/ha-stacked", Policies: []string{dir}})
+		for _, d := range diags {
+			if d.Code == CodePolicyShape || d.Code == CodePolicyLoad {
+				t.Errorf("%s: %s", dir, d.Message)
+			}
+		}
+	}
+}

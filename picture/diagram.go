@@ -100,6 +100,12 @@ func colours(s style) (fill, stroke string) {
 // stay a picture.
 const collapseAbove = 3
 
+// maxZones is how many zones a picture draws one by one: beyond it the
+// zones with the most nodes are drawn and the rest folded into one group
+// that counts them, so that a cluster of thousands of zones stays a
+// picture Graphviz lays out in a moment.
+const maxZones = 24
+
 // wrapAt is the width, in characters, of a long line in a box.
 const wrapAt = 44
 
@@ -118,7 +124,11 @@ func (t *Topology) diagram() diagram {
 	for _, n := range t.Nodes {
 		byZone[n.Zone] = append(byZone[n.Zone], n)
 	}
-	for zi, z := range t.Zones.Zones {
+	drawnZones, folded := t.foldZones()
+	if len(folded) > 0 {
+		d.title += fmt.Sprintf(", the %d largest of %s zones drawn", maxZones, Thousands(len(t.Zones.Zones)))
+	}
+	for zi, z := range drawnZones {
 		g := group{id: fmt.Sprintf("z%d", zi), title: zoneTitle(z.Name)}
 		var servers, members, workers []box
 		for _, n := range byZone[z.Name] {
@@ -181,6 +191,15 @@ func (t *Topology) diagram() diagram {
 			}
 		}
 	}
+	if len(folded) > 0 {
+		zi := len(d.groups)
+		g := group{id: fmt.Sprintf("z%d", zi), title: fmt.Sprintf("%s more zones (%s)", Thousands(len(folded)), counted(foldedNodes(folded), "node"))}
+		rest := box{id: ids.next(), style: stylePool, lines: foldedLines(folded)}
+		loss := box{id: fmt.Sprintf("loss%d", zi), style: styleLoss, lines: t.worstLossLines(folded)}
+		g.boxes = append(g.boxes, rest, loss)
+		d.groups = append(d.groups, g)
+		d.edges = append(d.edges, edge{from: endpoint.id, to: rest.id, invisible: true}, edge{from: rest.id, to: loss.id, invisible: true})
+	}
 	network := box{id: "networks", style: styleNetwork, lines: t.networkLines()}
 	below := network.id
 	if t.Zones.Members > 0 {
@@ -195,6 +214,78 @@ func (t *Topology) diagram() diagram {
 	}
 	d.bottom = append(d.bottom, network)
 	return d
+}
+
+// foldZones splits the zones into those drawn one by one, in the
+// analysis's order, and those folded: at most maxZones are drawn, the
+// ones with the most nodes (the first in order on a tie).
+func (t *Topology) foldZones() (drawn, folded []zones.Zone) {
+	zs := t.Zones.Zones
+	if len(zs) <= maxZones {
+		return zs, nil
+	}
+	order := make([]int, len(zs))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return zs[b].Nodes - zs[a].Nodes })
+	keep := make([]bool, len(zs))
+	for _, i := range order[:maxZones] {
+		keep[i] = true
+	}
+	for i, z := range zs {
+		if keep[i] {
+			drawn = append(drawn, z)
+		} else {
+			folded = append(folded, z)
+		}
+	}
+	return drawn, folded
+}
+
+func foldedNodes(zs []zones.Zone) int {
+	n := 0
+	for _, z := range zs {
+		n += z.Nodes
+	}
+	return n
+}
+
+// foldedLines label the folded zones: how many, what runs in them and
+// the bound that folded them.
+func foldedLines(zs []zones.Zone) []string {
+	var workers, servers, members int
+	for _, z := range zs {
+		workers += z.Workers
+		servers += z.APIServers
+		members += z.EtcdMembers
+	}
+	lines := []string{counted(len(zs), "more zone") + " not drawn", counted(foldedNodes(zs), "node") + ", " + counted(workers, "worker")}
+	if servers > 0 || members > 0 {
+		lines = append(lines, counted(servers, "API server")+", "+counted(members, "etcd member"))
+	}
+	return append(lines, fmt.Sprintf("(a picture draws at most %d zones,", maxZones), "those with the most nodes)")
+}
+
+// worstLossLines say what losing the worst of the folded zones costs:
+// etcd's quorum first, then etcd members, API servers and workers' CPUs.
+func (t *Topology) worstLossLines(zs []zones.Zone) []string {
+	worst := zs[0]
+	score := func(z zones.Zone) []int {
+		lost := 0
+		if t.Zones.Members > 0 && !z.EtcdQuorumAfterLoss {
+			lost = 1
+		}
+		return []int{lost, z.EtcdMembers, z.APIServers, z.WorkerCapacityLostPercent}
+	}
+	for _, z := range zs[1:] {
+		if slices.Compare(score(z), score(worst)) > 0 {
+			worst = z
+		}
+	}
+	lines := t.lossLines(worst)
+	lines[0] = "if one of them fails, at worst"
+	return append([]string{lines[0], zoneTitle(worst.Name) + ":"}, lines[1:]...)
 }
 
 // idSource hands out the diagram's node ids.
@@ -329,6 +420,9 @@ func (t *Topology) quorumLines() []string {
 	}
 	if len(lost) == 0 {
 		return []string{"keeps quorum when any one zone fails"}
+	}
+	if len(lost) > maxZones {
+		lost = append(lost[:maxZones:maxZones], counted(len(lost)-maxZones, "more zone"))
 	}
 	return wrap("loses quorum with "+strings.Join(lost, " or "), wrapAt)
 }

@@ -8,34 +8,51 @@ import (
 	"regexp"
 	"runtime"
 	"strings"
+	"syscall"
 
 	"github.com/kcompile/kcompile/compiler/diag"
 	"github.com/kcompile/kcompile/compiler/pki"
 )
 
 // LoadBundle reads a secrets bundle. A bundle that is there but cannot be
-// used (open to other users, damaged) is reported as a diagnostic at its
-// file; one that cannot be opened (missing: fs.ErrNotExist) as an error.
-// Neither ever quotes key material.
+// used (open to other users, damaged, not a regular file) is reported as
+// a diagnostic at its file; one that cannot be opened (missing:
+// fs.ErrNotExist) as an error. Neither ever quotes key material.
 func LoadBundle(file string) (*pki.Bundle, diag.List, error) {
-	f, err := os.Open(file)
+	at := []diag.Pos{{File: file}}
+	// Something other than a regular file (a named pipe, a device, a
+	// socket, a directory) is refused before it is opened: opening a
+	// named pipe waits for a writer, forever if none comes.
+	info, err := os.Stat(file)
+	if err != nil {
+		return nil, nil, err
+	}
+	if d := notRegularBundle(info.Mode(), at); d != nil {
+		return nil, d, nil
+	}
+	// The path may be replaced between the stat and the open: opened
+	// without blocking, a named pipe put there returns at once, and the
+	// mode of the file opened is checked again.
+	f, err := os.OpenFile(file, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, nil, err
 	}
 	defer f.Close()
-	at := []diag.Pos{{File: file}}
 	// The mode of the file read, not of the path, which could be replaced
 	// between a stat and an open.
-	info, err := f.Stat()
+	info, err = f.Stat()
 	if err != nil {
 		return nil, nil, err
+	}
+	if d := notRegularBundle(info.Mode(), at); d != nil {
+		return nil, d, nil
 	}
 	if msg, ok := exposedBundle(file, info.Mode()); ok {
 		return nil, diag.List{{Code: pki.CodeBundleMode, Severity: pki.Severity(pki.CodeBundleMode), Message: msg, Positions: at,
 			Hint: "the bundle holds every private key of the cluster: like ssh with its keys, kcompile reads it only when no other user can"}}, nil
 	}
-	// A bundle is a few kilobytes; a path to something endless (a
-	// device, a pipe) must not hang or exhaust the command.
+	// A bundle is a few kilobytes; a file that keeps growing must not
+	// exhaust the command.
 	const maxBundle = 1 << 20
 	data, err := io.ReadAll(io.LimitReader(f, maxBundle+1))
 	if err != nil {
@@ -54,6 +71,27 @@ func LoadBundle(file string) (*pki.Bundle, diag.List, error) {
 	}
 	b.Source = file
 	return b, nil, nil
+}
+
+// notRegularBundle refuses a bundle path that names something other than
+// a regular file, saying what it is.
+func notRegularBundle(mode fs.FileMode, at []diag.Pos) diag.List {
+	if mode.IsRegular() {
+		return nil
+	}
+	what := "not a regular file"
+	switch t := mode.Type(); {
+	case t&fs.ModeDir != 0:
+		what = "a directory, not a file"
+	case t&fs.ModeNamedPipe != 0:
+		what = "a named pipe, not a regular file"
+	case t&fs.ModeSocket != 0:
+		what = "a socket, not a regular file"
+	case t&fs.ModeDevice != 0:
+		what = "a device, not a regular file"
+	}
+	return diag.List{{Code: pki.CodeBundleMalformed, Severity: pki.Severity(pki.CodeBundleMalformed), Message: "not a kcompile secrets bundle: " + what, Positions: at,
+		Hint: "kcompile reads a bundle only from a regular file, the one `kcompile secrets init` wrote: pass its path, not a pipe, device or directory"}}
 }
 
 // exposedBundle says what is wrong with a bundle file that users other

@@ -87,6 +87,9 @@ type Report struct {
 	// Findings are the check diagnostics and policy violations the change
 	// introduces, then those it fixes.
 	Findings []FindingChange `json:"findings,omitempty"`
+	// Waivers are the policy waivers the change adds, removes or changes
+	// the reason of, when policies were checked.
+	Waivers []WaiverChange `json:"waivers,omitempty"`
 	// NotCompared says what the comparison left out and why; empty when
 	// nothing was.
 	NotCompared []string     `json:"notCompared,omitempty"`
@@ -96,7 +99,7 @@ type Report struct {
 // Equal reports whether the sides had no difference: no file, no etcd
 // membership, no zone's outcome and no finding.
 func (r *Report) Equal() bool {
-	return len(r.Files) == 0 && (r.Etcd == nil || !r.Etcd.Changed()) && len(r.Findings) == 0 &&
+	return len(r.Files) == 0 && (r.Etcd == nil || !r.Etcd.Changed()) && len(r.Findings) == 0 && len(r.Waivers) == 0 &&
 		(r.Topology == nil || len(r.Topology.Zones) == 0)
 }
 
@@ -132,6 +135,9 @@ type Side struct {
 	// diagnostics under the policies' ids; nil when no policy was
 	// checked.
 	Policies diag.List
+	// Waivers are the side's policy waivers, with the violations each
+	// hides; nil when no policy was checked.
+	Waivers []Waiver
 	// Topology is the compiled cluster's shape, for the picture of what
 	// the change touches; nil when the side is a bare tree.
 	Topology *picture.Topology
@@ -209,7 +215,19 @@ func Compare(base, head Side, opts Options) *Report {
 	}
 	if base.Policies != nil && head.Policies != nil {
 		r.PoliciesChecked = true
-		r.Findings = append(r.Findings, compareFindings(SourcePolicy, base.Policies, head.Policies)...)
+		intro, waivedNow := waivedFindings(base.Policies, base.Waivers, head.Waivers)
+		// A violation the base reports and the head waives is not fixed.
+		for _, f := range compareFindings(SourcePolicy, base.Policies, head.Policies) {
+			if i := slices.IndexFunc(waivedNow, func(d diag.Diagnostic) bool {
+				return f.Change == Fixes && d.Code == f.Code && d.Path == f.Path && d.Message == f.Message
+			}); i >= 0 {
+				waivedNow = slices.Delete(waivedNow, i, i+1)
+				continue
+			}
+			r.Findings = append(r.Findings, f)
+		}
+		r.Findings = append(r.Findings, intro...)
+		r.Waivers = compareWaivers(base.Waivers, head.Waivers)
 	}
 	sortFindings(r.Findings)
 	if r.Etcd != nil && r.Topology != nil {

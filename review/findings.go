@@ -38,6 +38,11 @@ type Finding struct {
 	// fixes.
 	Positions []string `json:"positions,omitempty"`
 	Hint      string   `json:"hint,omitempty"`
+	// Waived is set on a policy violation the head waives that the base
+	// did not have at all: the change introduces it and the waiver of it
+	// (WaiverReason is the waiver's reason).
+	Waived       bool   `json:"waived,omitempty"`
+	WaiverReason string `json:"waiverReason,omitempty"`
 }
 
 // FindingChange is a finding only one side has.
@@ -115,7 +120,17 @@ func (r *Report) findingsTitle() string {
 	case r.PoliciesChecked:
 		what = "policy violations"
 	}
-	return fmt.Sprintf("regressions and fixes: %d introduced%s, %d fixed%s (%s)", len(intro), severities(intro), len(fixed), severities(fixed), what)
+	sev := severities(intro)
+	waived := 0
+	for _, f := range intro {
+		if f.Waived {
+			waived++
+		}
+	}
+	if waived > 0 {
+		sev = strings.TrimSuffix(sev, ")") + fmt.Sprintf("; %d waived by this change)", waived)
+	}
+	return fmt.Sprintf("regressions and fixes: %d introduced%s, %d fixed%s%s (%s)", len(intro), sev, len(fixed), severities(fixed), r.waiversTitle(), what)
 }
 
 // severities counts findings by severity: " (1 error, 2 warnings)".
@@ -139,7 +154,9 @@ func severities(fs []FindingChange) string {
 // showFindings says whether the report has a section on findings: when
 // one changed, or when policies were checked (then "0 introduced, 0
 // fixed" is news too).
-func (r *Report) showFindings() bool { return len(r.Findings) > 0 || r.PoliciesChecked }
+func (r *Report) showFindings() bool {
+	return len(r.Findings) > 0 || len(r.Waivers) > 0 || r.PoliciesChecked
+}
 
 // what names a finding: "warning KC0405" or "policy prod-etcd-zones
 // (error)".
@@ -164,11 +181,20 @@ func (f Finding) where() string {
 
 // findingLines are a finding in text: what, where and why, then its hint.
 func (f FindingChange) lines() []string {
-	out := []string{fmt.Sprintf("  %s %s%s: %s", f.Change, f.what(), oneLine(f.where()), oneLine(f.Message))}
+	out := []string{fmt.Sprintf("  %s %s%s: %s%s", f.Change, f.what(), oneLine(f.where()), oneLine(f.Message), oneLine(f.waived()))}
 	if f.Hint != "" {
 		out = append(out, "      hint: "+oneLine(f.Hint))
 	}
 	return out
+}
+
+// waived says that the change waives the finding itself: ", waived by
+// this change: REASON"; empty for any other finding.
+func (f Finding) waived() string {
+	if !f.Waived {
+		return ""
+	}
+	return fmt.Sprintf(", waived by this change: %q", f.WaiverReason)
 }
 
 // oneLine keeps a spec's text on one line of the report: a newline in a

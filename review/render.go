@@ -1,7 +1,6 @@
 package review
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
@@ -139,6 +138,9 @@ func (r *Report) WriteText(w io.Writer, colour bool) error {
 				for _, l := range f.lines() {
 					b.WriteString(l + "\n")
 				}
+			}
+			for _, w := range r.Waivers {
+				b.WriteString(w.line() + "\n")
 			}
 		}
 		for _, n := range r.NotCompared {
@@ -348,13 +350,21 @@ func (r *Report) mdFindings(k int, bound, rest string) string {
 		if f.Source == SourcePolicy {
 			what = "policy " + mdCode(f.Code) + " (" + mdEscape(f.Severity) + ")"
 		}
-		fmt.Fprintf(&b, "- **%s** %s%s: %s\n", f.Change, what, where, mdEscape(oneLine(f.Message)))
+		waived := ""
+		if f.Waived {
+			waived = " — **waived by this change:** " + mdEscape(oneLine(fmt.Sprintf("%q", f.WaiverReason)))
+		}
+		fmt.Fprintf(&b, "- **%s** %s%s: %s%s\n", f.Change, what, where, mdEscape(oneLine(f.Message)), waived)
 		if f.Hint != "" {
 			b.WriteString("  - hint: " + mdEscape(oneLine(f.Hint)) + "\n")
 		}
 	}
 	if left := len(r.Findings) - k; left > 0 {
 		fmt.Fprintf(&b, "- … %d more left out%s; %s\n", left, bound, rest)
+	}
+	// Waivers are never cut: each relaxes a policy.
+	for _, w := range r.Waivers {
+		b.WriteString(w.mdLine())
 	}
 	b.WriteString("\n")
 	return b.String()
@@ -498,9 +508,7 @@ func (r *Report) mdFiles(k int, bound, rest string) string {
 
 // WriteJSON prints the report as data.
 func (r *Report) WriteJSON(w io.Writer) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(struct {
+	return diag.EncodeJSON(w, struct {
 		Equal bool `json:"equal"`
 		*Report
 	}{r.Equal(), r})

@@ -2,7 +2,9 @@ package targets
 
 import (
 	"bytes"
+	"crypto/hmac"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -33,6 +35,10 @@ const manifestMode fs.FileMode = 0o600
 type manifest struct {
 	Version string         `json:"kcompileVersion"`
 	Files   []manifestFile `json:"files"`
+	// MAC binds the rest to the secrets bundle: "hmac-sha256:" and the
+	// hex HMAC-SHA256 of manifestMAC's canonical form under the bundle's
+	// manifest key. It is absent when the writer had no key.
+	MAC string `json:"mac,omitempty"`
 }
 
 type manifestFile struct {
@@ -43,23 +49,66 @@ type manifestFile struct {
 	Mode string `json:"mode"`
 }
 
+// macPrefix names the MAC's algorithm in the manifest.
+const macPrefix = "hmac-sha256:"
+
 // encodeManifest records files, which are sorted, one per line so that
-// two manifests diff well.
-func encodeManifest(version string, files []File) []byte {
-	var b bytes.Buffer
-	v, _ := json.Marshal(version)
-	fmt.Fprintf(&b, "{\"kcompileVersion\":%s,\"files\":[", v)
+// two manifests diff well, and with a key their MAC on the last line.
+func encodeManifest(version string, files []File, key []byte) []byte {
+	m := manifest{Version: version, Files: make([]manifestFile, len(files))}
 	for i, f := range files {
+		sum := sha256.Sum256(f.Data)
+		m.Files[i] = manifestFile{Path: f.Path, SHA256: hex.EncodeToString(sum[:]), Mode: fmt.Sprintf("%04o", f.Mode.Perm())}
+	}
+	var b bytes.Buffer
+	v, _ := json.Marshal(m.Version)
+	fmt.Fprintf(&b, "{\"kcompileVersion\":%s,\"files\":[", v)
+	for i, f := range m.Files {
 		if i > 0 {
 			b.WriteByte(',')
 		}
-		sum := sha256.Sum256(f.Data)
-		e, _ := json.Marshal(manifestFile{Path: f.Path, SHA256: hex.EncodeToString(sum[:]), Mode: fmt.Sprintf("%04o", f.Mode.Perm())})
+		e, _ := json.Marshal(f)
 		b.WriteString("\n")
 		b.Write(e)
 	}
-	b.WriteString("\n]}\n")
+	if key == nil {
+		b.WriteString("\n]}\n")
+		return b.Bytes()
+	}
+	fmt.Fprintf(&b, "\n],\"mac\":\"%s%x\"}\n", macPrefix, manifestMAC(key, &m))
 	return b.Bytes()
+}
+
+// manifestMAC is the HMAC-SHA256 under key of m's version and files, in
+// their order, each field length-prefixed so that no two manifests share
+// a canonical form. It does not depend on how the JSON is spelled.
+func manifestMAC(key []byte, m *manifest) []byte {
+	h := hmac.New(sha256.New, key)
+	field := func(s string) {
+		var n [8]byte
+		binary.BigEndian.PutUint64(n[:], uint64(len(s)))
+		h.Write(n[:])
+		h.Write([]byte(s))
+	}
+	field("kcompile manifest v1")
+	field(m.Version)
+	field(strconv.Itoa(len(m.Files)))
+	for _, f := range m.Files {
+		field(f.Path)
+		field(f.SHA256)
+		field(f.Mode)
+	}
+	return h.Sum(nil)
+}
+
+// verifies says whether m carries a MAC made with key.
+func (m *manifest) verifies(key []byte) bool {
+	hexMAC, ok := strings.CutPrefix(m.MAC, macPrefix)
+	if !ok {
+		return false
+	}
+	got, err := hex.DecodeString(hexMAC)
+	return err == nil && hmac.Equal(got, manifestMAC(key, m))
 }
 
 // ForeignError refuses to replace Dir: kcompile cannot prove it wrote
@@ -109,8 +158,11 @@ func (e *ForeignError) Error() string {
 // inspect reports whether something is at dir and, as a *ForeignError,
 // whether it is not kcompile's to replace. Ours is an empty directory or
 // one holding exactly what its manifest lists: every file regular with
-// its digest and mode, and nothing else.
-func inspect(dir string) (exists bool, err error) {
+// its digest and mode, and nothing else. With a key the manifest must
+// also carry a MAC made with it: a manifest anyone can edit proves
+// nothing, as it can be made to list what a user changed. Without a key
+// the manifest is trusted as written.
+func inspect(dir string, key []byte) (exists bool, err error) {
 	fi, err := os.Lstat(dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return false, nil
@@ -135,6 +187,14 @@ func inspect(dir string) (exists bool, err error) {
 	}
 	if err != nil {
 		return true, &ForeignError{Dir: dir, What: "has a " + ManifestName + " kcompile cannot read (" + err.Error() + ")"}
+	}
+	// Before any file is hashed: what the manifest says counts only once
+	// it is proven.
+	if key != nil && m.MAC == "" {
+		return true, &ForeignError{Dir: dir, What: "has a " + ManifestName + " without a MAC, so kcompile cannot prove it wrote the tree (an older kcompile wrote it, or it was edited)"}
+	}
+	if key != nil && !m.verifies(key) {
+		return true, &ForeignError{Dir: dir, What: "has a " + ManifestName + " that does not verify with this secrets bundle (it was edited, or written with another bundle)"}
 	}
 	findings, err := check(dir, m)
 	if err != nil {

@@ -16,6 +16,16 @@ type WriteOptions struct {
 	// Replace writes even over what kcompile cannot prove it wrote. Even
 	// then nothing is deleted: the old entry is moved aside.
 	Replace bool
+	// Key binds the manifest to the secrets bundle
+	// ((*pki.Bundle).ManifestKey): the manifest written carries its
+	// HMAC, and an existing tree is kcompile's only when its manifest's
+	// HMAC verifies with Key, so an edited manifest, one written with
+	// another bundle and one without an HMAC are all refused (moved aside
+	// with Replace). A nil Key keeps the older, weaker rule: the manifest
+	// is trusted as written and carries no HMAC. build and provision
+	// always pass one; nspawn's work trees and sim, which write into
+	// directories of their own, pass none.
+	Key []byte
 }
 
 // WriteResult says what Write did besides writing the tree.
@@ -39,7 +49,8 @@ func (e *LockedError) Error() string {
 // recorded in a manifest at its root (ManifestName).
 //
 // An existing dir is replaced only when it is an empty directory or a tree
-// whose manifest matches what is on disk; anything else is refused with a
+// whose manifest verifies with opts.Key and matches what is on disk;
+// anything else is refused with a
 // *ForeignError before a byte is written, unless opts.Replace moves it
 // aside. Writes into one parent directory are serialised by a lock on it;
 // the loser gets a *LockedError.
@@ -58,12 +69,12 @@ func Write(dir string, t *Tree, opts WriteOptions) (res WriteResult, err error) 
 	}
 	defer unlock()
 
-	exists, err := inspect(dir)
+	exists, err := inspect(dir, opts.Key)
 	var foreign *ForeignError
 	if err != nil && !(errors.As(err, &foreign) && opts.Replace) {
 		return res, err
 	}
-	tmp, err := writeTemp(parent, filepath.Base(dir), t, opts.Version)
+	tmp, err := writeTemp(parent, filepath.Base(dir), t, opts.Version, opts.Key)
 	if err != nil {
 		return res, err
 	}
@@ -91,7 +102,7 @@ func Write(dir string, t *Tree, opts WriteOptions) (res WriteResult, err error) 
 	// written; it is checked again because something may have changed it
 	// meanwhile, and what changed is kept.
 	if foreign == nil {
-		if _, err := inspect(aside); err == nil {
+		if _, err := inspect(aside, opts.Key); err == nil {
 			return res, os.RemoveAll(aside)
 		}
 	}
@@ -100,15 +111,19 @@ func Write(dir string, t *Tree, opts WriteOptions) (res WriteResult, err error) 
 }
 
 // writeTemp writes the tree and its manifest into a new hidden sibling
-// of the destination and flushes it to disk.
-func writeTemp(parent, base string, t *Tree, version string) (tmp string, err error) {
-	tmp, err = os.MkdirTemp(parent, "."+base+".tmp-")
+// of the destination and flushes it to disk. On any error it removes the
+// directory it made, and nothing else.
+func writeTemp(parent, base string, t *Tree, version string, key []byte) (_ string, err error) {
+	// tmp is not the named result: every error path returns "", which a
+	// cleanup reading the result would see, leaving a partial tree in
+	// parent.
+	tmp, err := os.MkdirTemp(parent, "."+base+".tmp-")
 	if err != nil {
 		return "", err
 	}
 	defer func() {
 		if err != nil {
-			os.RemoveAll(tmp)
+			err = errors.Join(err, os.RemoveAll(tmp))
 		}
 	}()
 	// MkdirTemp creates 0700; the tree's root is an ordinary directory.
@@ -129,12 +144,15 @@ func writeTemp(parent, base string, t *Tree, version string) (tmp string, err er
 			return "", err
 		}
 	}
-	if err := writeFile(filepath.Join(tmp, ManifestName), encodeManifest(version, files), manifestMode); err != nil {
+	if err := writeFile(filepath.Join(tmp, ManifestName), encodeManifest(version, files, key), manifestMode); err != nil {
 		return "", err
 	}
 	// One sync of the file system instead of one per file: writing
 	// thousands of files with an fsync each is 30 times slower.
-	return tmp, syncTree(tmp)
+	if err := syncTree(tmp); err != nil {
+		return "", err
+	}
+	return tmp, nil
 }
 
 // writeFile creates p with O_EXCL and an explicit chmod: the mode must not

@@ -94,9 +94,15 @@ func sameSnapshot(t *testing.T, what string, before, after map[string]entry) {
 	}
 }
 
+// testKey and otherKey stand for the manifest keys of two bundles.
+var (
+	testKey  = bytes.Repeat([]byte{0x5a}, 32)
+	otherKey = bytes.Repeat([]byte{0xa5}, 32)
+)
+
 // checkTree asserts that dir holds exactly tree and a manifest that
-// verifies.
-func checkTree(t *testing.T, dir string, tree *Tree) {
+// verifies with key.
+func checkTree(t *testing.T, dir string, tree *Tree, key []byte) {
 	t.Helper()
 	got := snapshot(t, dir)
 	for _, f := range tree.Files() {
@@ -112,7 +118,7 @@ func checkTree(t *testing.T, dir string, tree *Tree) {
 			t.Errorf("%s: %s is not in the tree", dir, p)
 		}
 	}
-	if exists, err := inspect(dir); !exists || err != nil {
+	if exists, err := inspect(dir, key); !exists || err != nil {
 		t.Errorf("%s: the manifest does not verify: %v", dir, err)
 	}
 }
@@ -120,8 +126,8 @@ func checkTree(t *testing.T, dir string, tree *Tree) {
 func TestWriteManifest(t *testing.T) {
 	base := t.TempDir()
 	tr := sample(t, "a")
-	must(t, write(filepath.Join(base, "1", "systemd"), tr, WriteOptions{Version: "v1.2.3"}))
-	must(t, write(filepath.Join(base, "2", "systemd"), tr, WriteOptions{Version: "v1.2.3"}))
+	must(t, write(filepath.Join(base, "1", "systemd"), tr, WriteOptions{Version: "v1.2.3", Key: testKey}))
+	must(t, write(filepath.Join(base, "2", "systemd"), tr, WriteOptions{Version: "v1.2.3", Key: testKey}))
 	if _, ok := tr.Get(ManifestName); ok || tr.Len() != 5 {
 		t.Errorf("Write changed the tree: %d files", tr.Len())
 	}
@@ -136,6 +142,9 @@ func TestWriteManifest(t *testing.T) {
 	must(t, json.Unmarshal(one, &m))
 	if m.Version != "v1.2.3" || len(m.Files) != tr.Len() {
 		t.Fatalf("manifest has version %q and %d files, want v1.2.3 and %d", m.Version, len(m.Files), tr.Len())
+	}
+	if !m.verifies(testKey) {
+		t.Errorf("the manifest's MAC %q does not verify", m.MAC)
 	}
 	for i, f := range tr.Files() {
 		sum := sha256.Sum256(f.Data)
@@ -163,7 +172,9 @@ func TestWriteNeverTouchesWhatItDidNotWrite(t *testing.T) {
 		unit = "nodes/cp1/etc/systemd/system/kubelet.service"
 		key  = "nodes/cp1/etc/kubernetes/pki/ca.key"
 	)
-	own := func(t *testing.T, dir string) { must(t, write(dir, sample(t, "old"), WriteOptions{Version: "v1"})) }
+	own := func(t *testing.T, dir string) {
+		must(t, write(dir, sample(t, "old"), WriteOptions{Version: "v1", Key: testKey}))
+	}
 	cases := []struct {
 		name    string
 		prepare func(t *testing.T, dir, precious string)
@@ -211,6 +222,35 @@ func TestWriteNeverTouchesWhatItDidNotWrite(t *testing.T) {
 			own(t, dir)
 			must(t, os.WriteFile(filepath.Join(dir, "nodes", ManifestName), []byte("{}"), 0o600))
 		}, []string{"nodes/.kcompile-manifest.json (unexpected)"}},
+		{"manifest forged to list a changed file", func(t *testing.T, dir, _ string) {
+			// The edit the old check missed: the manifest is made to
+			// claim the user's bytes, its MAC left as it was.
+			own(t, dir)
+			edited := []byte("[Service]\nExecStart=/bin/mine\n")
+			must(t, os.WriteFile(filepath.Join(dir, unit), edited, 0o644))
+			editManifest(t, dir, func(m *manifest) {
+				for i := range m.Files {
+					if m.Files[i].Path == unit {
+						sum := sha256.Sum256(edited)
+						m.Files[i].SHA256 = hex.EncodeToString(sum[:])
+					}
+				}
+			})
+		}, []string{"has a .kcompile-manifest.json that does not verify with this secrets bundle"}},
+		{"manifest forged with a recomputed MAC under another key", func(t *testing.T, dir, _ string) {
+			own(t, dir)
+			must(t, os.Remove(filepath.Join(dir, "cluster/admin.conf")))
+			editManifest(t, dir, func(m *manifest) {
+				m.Files = m.Files[1:]
+				m.MAC = macPrefix + hex.EncodeToString(manifestMAC(otherKey, m))
+			})
+		}, []string{"does not verify with this secrets bundle"}},
+		{"written with another bundle", func(t *testing.T, dir, _ string) {
+			must(t, write(dir, sample(t, "new"), WriteOptions{Version: "v2", Key: otherKey}))
+		}, []string{"does not verify with this secrets bundle (it was edited, or written with another bundle)"}},
+		{"manifest without a MAC", func(t *testing.T, dir, _ string) {
+			must(t, write(dir, sample(t, "new"), WriteOptions{Version: "v2"}))
+		}, []string{"has a .kcompile-manifest.json without a MAC"}},
 		{"manifest garbled", func(t *testing.T, dir, _ string) {
 			own(t, dir)
 			must(t, os.WriteFile(filepath.Join(dir, ManifestName), []byte("{"), 0o600))
@@ -241,7 +281,7 @@ func TestWriteNeverTouchesWhatItDidNotWrite(t *testing.T) {
 			beforeDir := snapshot(t, dir)
 			tree := sample(t, "new")
 
-			_, err := Write(dir, tree, WriteOptions{Version: "v2"})
+			_, err := Write(dir, tree, WriteOptions{Version: "v2", Key: testKey})
 			var fe *ForeignError
 			if !errors.As(err, &fe) {
 				t.Fatalf("Write returned %v, want a *ForeignError", err)
@@ -256,7 +296,7 @@ func TestWriteNeverTouchesWhatItDidNotWrite(t *testing.T) {
 			}
 			sameSnapshot(t, "after a refusal", before, snapshot(t, base))
 
-			res, err := Write(dir, tree, WriteOptions{Version: "v2", Replace: true})
+			res, err := Write(dir, tree, WriteOptions{Version: "v2", Replace: true, Key: testKey})
 			must(t, err)
 			if want := dir + ".replaced-1"; res.MovedAside != want {
 				t.Fatalf("moved aside to %q, want %q", res.MovedAside, want)
@@ -270,9 +310,24 @@ func TestWriteNeverTouchesWhatItDidNotWrite(t *testing.T) {
 					}
 				}
 			}
-			checkTree(t, dir, tree)
+			checkTree(t, dir, tree, testKey)
 		})
 	}
+}
+
+// editManifest rewrites dir's manifest as a user with an editor could:
+// the same layout, its MAC kept unless edit changes it.
+func editManifest(t *testing.T, dir string, edit func(*manifest)) {
+	t.Helper()
+	p := filepath.Join(dir, ManifestName)
+	data, err := os.ReadFile(p)
+	must(t, err)
+	var m manifest
+	must(t, json.Unmarshal(data, &m))
+	edit(&m)
+	out, err := json.Marshal(m)
+	must(t, err)
+	must(t, os.WriteFile(p, out, manifestMode))
 }
 
 func TestWriteReplacesOwnTree(t *testing.T) {
@@ -280,16 +335,24 @@ func TestWriteReplacesOwnTree(t *testing.T) {
 	dir := filepath.Join(base, "systemd")
 	must(t, os.Mkdir(dir, 0o755))
 	// An empty directory holds nothing to lose.
-	must(t, write(dir, sample(t, "1"), WriteOptions{}))
-	checkTree(t, dir, sample(t, "1"))
+	must(t, write(dir, sample(t, "1"), WriteOptions{Key: testKey}))
+	checkTree(t, dir, sample(t, "1"), testKey)
 	for _, tag := range []string{"2", "3"} {
-		res, err := Write(dir, sample(t, tag), WriteOptions{})
+		res, err := Write(dir, sample(t, tag), WriteOptions{Key: testKey})
 		must(t, err)
 		if res.MovedAside != "" {
 			t.Errorf("our own tree was kept at %s", res.MovedAside)
 		}
-		checkTree(t, dir, sample(t, tag))
+		checkTree(t, dir, sample(t, tag), testKey)
 	}
+	// Without a key (nspawn's and sim's own directories) the manifest
+	// is trusted as written, as before keys: the keyed tree is replaced.
+	res, err := Write(dir, sample(t, "4"), WriteOptions{})
+	must(t, err)
+	if res.MovedAside != "" {
+		t.Errorf("our own tree was kept at %s", res.MovedAside)
+	}
+	checkTree(t, dir, sample(t, "4"), nil)
 	entries, err := os.ReadDir(base)
 	must(t, err)
 	if len(entries) != 1 {
@@ -313,7 +376,7 @@ func TestWriteLocked(t *testing.T) {
 	sameSnapshot(t, "while locked", before, snapshot(t, base))
 	unlock()
 	must(t, write(dir, sample(t, "2"), WriteOptions{}))
-	checkTree(t, dir, sample(t, "2"))
+	checkTree(t, dir, sample(t, "2"), nil)
 }
 
 // TestWriteConcurrent races writers into one directory: one tree wins
@@ -361,7 +424,7 @@ func TestWriteConcurrent(t *testing.T) {
 		must(t, err)
 		i := 0
 		fmt.Sscanf(string(got), "writer %d", &i)
-		checkTree(t, dir, trees[i])
+		checkTree(t, dir, trees[i], nil)
 	}
 	if locked == 0 {
 		t.Error("no writer ever met the lock")
@@ -380,11 +443,11 @@ func BenchmarkInspectLarge(b *testing.B) {
 	for i := range 90_000 {
 		must(b, tr.Add(fmt.Sprintf("nodes/n%04d/etc/file%d", i/18, i), bytes.Repeat([]byte{byte(i)}, 2048), 0o644))
 	}
-	if _, err := Write(dir, tr, WriteOptions{}); err != nil {
+	if _, err := Write(dir, tr, WriteOptions{Key: testKey}); err != nil {
 		b.Fatal(err)
 	}
 	for b.Loop() {
-		if _, err := inspect(dir); err != nil {
+		if _, err := inspect(dir, testKey); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -1,11 +1,11 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"path/filepath"
 
+	"github.com/kcompile/kcompile/compiler/diag"
 	"github.com/kcompile/kcompile/pipeline"
 	"github.com/kcompile/kcompile/targets"
 )
@@ -71,7 +71,7 @@ func (c *buildCmd) Run(e *env) error {
 	tree := out.Trees[target]
 	dir := filepath.Join(c.OutDir, c.Target)
 	e.progress.stage(fmt.Sprintf("writing %d files to %s", tree.Len(), dir))
-	if err := writeTree(e, dir, tree, c.Replace); err != nil {
+	if err := writeTree(e, dir, tree, out.ManifestKey, c.Replace); err != nil {
 		return err
 	}
 	if err := warnIfTracked(e, dir, "the tree holds the nodes' private keys"); err != nil {
@@ -83,9 +83,7 @@ func (c *buildCmd) Run(e *env) error {
 		sum.Configs = append(sum.Configs, nodeConfig{s.Node, s.Bytes})
 	}
 	if format == "json" {
-		enc := json.NewEncoder(e.stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(sum)
+		return diag.EncodeJSON(e.stdout, sum)
 	}
 	for _, s := range sizes {
 		fmt.Fprintf(e.stdout, "%s %s: %d bytes\n", kind, s.Node, s.Bytes)
@@ -99,9 +97,10 @@ func (c *buildCmd) Run(e *env) error {
 }
 
 // writeTree writes a tree to dir, which kcompile owns only when its
-// manifest says so; replace is the --replace flag.
-func writeTree(e *env, dir string, tree *targets.Tree, replace bool) error {
-	res, err := targets.Write(dir, tree, targets.WriteOptions{Version: version(), Replace: replace})
+// manifest says so and verifies with key, the bundle's manifest key;
+// replace is the --replace flag.
+func writeTree(e *env, dir string, tree *targets.Tree, key []byte, replace bool) error {
+	res, err := targets.Write(dir, tree, targets.WriteOptions{Version: version(), Replace: replace, Key: key})
 	var foreign *targets.ForeignError
 	if errors.As(err, &foreign) {
 		return statusError{code: exitProblems, msg: err.Error() + "; nothing was written: move it away, or pass --replace to move it aside and write anyway"}

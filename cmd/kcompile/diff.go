@@ -47,6 +47,8 @@ type diffSide struct {
 	// checks are the side's warnings; policies the violations of the
 	// policies, when --policy is given.
 	checks, policies diag.List
+	// waivers are the side's policy waivers, with what each hides.
+	waivers []review.Waiver
 }
 
 // Run compares; exit 0 when equal, 1 when different, 2 on any error.
@@ -174,7 +176,7 @@ const throwawayCAValidity = 10 * 365 * 24 * time.Hour
 func (c *diffCmd) compareSides(a, b diffSide) *review.Report {
 	side := func(s diffSide) review.Side {
 		return review.Side{Label: s.label, Tree: s.tree, Etcd: s.etcd, Endpoint: s.endpoint, Facts: s.facts,
-			Checks: s.checks, Policies: s.policies, Topology: s.topology}
+			Checks: s.checks, Policies: s.policies, Waivers: s.waivers, Topology: s.topology}
 	}
 	return review.Compare(side(a), side(b), review.Options{ThrowawayKeys: c.Secrets == ""})
 }
@@ -259,11 +261,15 @@ func (c *diffCmd) side(e *env, b *pki.Bundle, dir, label string, at func(diag.Li
 	s := diffSide{label: label, etcd: etcdMembers(out.Cluster), endpoint: endpointOf(out.Cluster), facts: factsOf(out), topology: picture.Of(out.Cluster), tree: targets.NewTree(),
 		checks: at(append(diag.List{}, out.Diagnostics...))}
 	if len(c.Policy) > 0 {
-		v, err := violations(dir, c.Policy, c.Profile)
+		v, ws, err := violations(dir, c.Policy, c.Profile)
 		if err != nil {
 			return diffSide{}, fmt.Errorf("%s: %w", label, err)
 		}
 		s.policies = at(v)
+		for _, w := range ws {
+			pos := at(diag.List{{Positions: w.Positions}})[0].Positions
+			s.waivers = append(s.waivers, review.Waiver{ID: w.ID, Reason: w.Reason, Positions: pos, Waives: at(w.Waives)})
+		}
 	}
 	for _, name := range names {
 		for _, f := range out.Trees[name].Files() {
@@ -281,9 +287,10 @@ func (c *diffCmd) side(e *env, b *pki.Bundle, dir, label string, at func(diag.Li
 
 // violations holds the spec in dir to the policies: a violation (under
 // its policy's id, which no rule of kcompile has) is a finding, not an
-// error, on either side; a policy that does not load is an error.
-func violations(dir string, policies []string, profile string) (diag.List, error) {
-	_, diags := compiler.Compile(compiler.Source{Dir: dir, Policies: policies, Profile: profile})
+// error, on either side; a policy that does not load is an error. The
+// spec's waivers come back with the violations each hides.
+func violations(dir string, policies []string, profile string) (diag.List, []compiler.Waiver, error) {
+	_, diags, waivers := compiler.CompileWaivers(compiler.Source{Dir: dir, Policies: policies, Profile: profile})
 	rules := map[string]bool{}
 	for _, r := range pipeline.Rules() {
 		rules[r.Code] = true
@@ -299,9 +306,9 @@ func violations(dir string, policies []string, profile string) (diag.List, error
 		}
 	}
 	if len(broken) > 0 {
-		return nil, fmt.Errorf("a policy does not load:\n%s", strings.Join(broken, "\n"))
+		return nil, nil, fmt.Errorf("a policy does not load:\n%s", strings.Join(broken, "\n"))
 	}
-	return out, nil
+	return out, waivers, nil
 }
 
 // factsOf are the settings of a compiled side that a restart does not

@@ -82,9 +82,7 @@ func (c *explainCmd) Run(e *env) error {
 		return statusError{code: exitProblems, msg: fmt.Sprintf("no value at %s%s", diag.Printable(c.Path, maxShown), diag.Printable(suggestPaths(cluster.Settings, c.Path), maxShown*10))}
 	}
 	if c.Output == "json" {
-		enc := json.NewEncoder(e.stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(rows)
+		return diag.EncodeJSON(e.stdout, rows)
 	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 	for _, r := range rows {

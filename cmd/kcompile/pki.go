@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -47,9 +46,7 @@ func (c *pkiListCmd) Run(e *env) error {
 	inv := m.Inventory()
 	defer e.progress.done(fmt.Sprintf("listed %s of %s", plural(len(inv), "certificate"), plural(len(m.Cluster.Nodes), "node")))
 	if c.Output == "json" {
-		enc := json.NewEncoder(e.stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(inv)
+		return diag.EncodeJSON(e.stdout, inv)
 	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "CERTIFICATE\tSUBJECT\tISSUER\tSANS\tUSAGES\tALGORITHM\tNOT AFTER")
@@ -148,9 +145,7 @@ func (c *pkiExpiryCmd) Run(e *env) error {
 		for _, i := range m.Expiry() {
 			x.Certificates = append(x.Certificates, expiring{ID: i.ID, NotAfter: i.NotAfter.UTC()})
 		}
-		enc := json.NewEncoder(e.stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(x); err != nil {
+		if err := diag.EncodeJSON(e.stdout, x); err != nil {
 			return err
 		}
 		if fails {
@@ -270,12 +265,10 @@ func (c *pkiVerifyCmd) Run(e *env) error {
 		return statusError{code: exitProblems, msg: root + ": " + err.Error()}
 	}
 	if c.Output == "json" {
-		enc := json.NewEncoder(e.stdout)
-		enc.SetIndent("", "  ")
 		if problems == nil {
 			problems = []pki.Problem{}
 		}
-		if err := enc.Encode(problems); err != nil {
+		if err := diag.EncodeJSON(e.stdout, problems); err != nil {
 			return err
 		}
 	} else {

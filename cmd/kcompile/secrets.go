@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/kcompile/kcompile/compiler/pki"
 )
@@ -20,6 +21,7 @@ type secretsInitCmd struct {
 	Force        bool   `help:"Replace an existing bundle."`
 	KeyAlgorithm string `enum:"ECDSA-P256,ECDSA-P384,RSA-2048,RSA-3072,RSA-4096" default:"ECDSA-P256" help:"Algorithm of the CA and service-account keys."`
 	CAValidity   string `default:"10y" help:"How long the CAs are valid, e.g. 10y or 3650d."`
+	ClockSkew    string `default:"5m" help:"Backdate the CAs' notBefore by this much, as the spec's pki.clockSkew backdates leaves, so that nodes whose clocks run behind accept a fresh tree (0s: not at all; at most 24h)."`
 }
 
 func (secretsInitCmd) Help() string {
@@ -40,7 +42,11 @@ func (c *secretsInitCmd) Run(e *env) error {
 	if err != nil {
 		return statusError{code: exitUsage, msg: err.Error()}
 	}
-	b, err := pki.New(rand.Reader, e.now, pki.NewOptions{Algorithm: pki.Algorithm(c.KeyAlgorithm), CAValidity: validity})
+	skew, err := time.ParseDuration(c.ClockSkew)
+	if err != nil || skew < 0 || skew > pki.MaxClockSkew {
+		return statusError{code: exitUsage, msg: fmt.Sprintf("--clock-skew %s is not a duration between 0s and 24h, such as 5m", shellWord(c.ClockSkew))}
+	}
+	b, err := pki.New(rand.Reader, e.now, pki.NewOptions{Algorithm: pki.Algorithm(c.KeyAlgorithm), CAValidity: validity, ClockSkew: skew})
 	if err != nil {
 		return err
 	}

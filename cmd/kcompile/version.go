@@ -1,12 +1,12 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"runtime"
 	"runtime/debug"
 	"strings"
 
+	"github.com/kcompile/kcompile/compiler/diag"
 	"github.com/kcompile/kcompile/schema"
 )
 
@@ -38,9 +38,7 @@ type versionInfo struct {
 func (c *versionCmd) Run(e *env) error {
 	v := readVersion()
 	if c.Output == "json" {
-		enc := json.NewEncoder(e.stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(v)
+		return diag.EncodeJSON(e.stdout, v)
 	}
 	// The Go release first: usage.txtar and scripts match "(go1.".
 	modified := ""

@@ -1,10 +1,14 @@
 package diag
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 	"unicode"
+	"unicode/utf16"
 	"unicode/utf8"
 )
 
@@ -81,4 +85,44 @@ func cutAt(s string, n int) int {
 		n--
 	}
 	return n
+}
+
+// EncodeJSON writes v as one indented JSON document in which every
+// control, format (bidirectional overrides, zero-width characters) and
+// unprintable character is a \u escape: a JSON decoder reads the same
+// strings, while a terminal, a browser or a review tool showing the raw
+// document sees none of them act. encoding/json escapes only C0
+// controls, U+2028 and U+2029.
+func EncodeJSON(w io.Writer, v any) error {
+	data, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(append(escapeJSON(data), '\n'))
+	return err
+}
+
+// escapeJSON escapes unsafe runes of encoded JSON. Outside strings JSON
+// holds only ASCII, so every such rune lies inside a string, where the
+// escape means the same rune.
+func escapeJSON(data []byte) []byte {
+	if !bytes.ContainsFunc(data, func(r rune) bool { return r >= utf8.RuneSelf && unsafeRune(r, nil) }) {
+		return data
+	}
+	var b bytes.Buffer
+	for len(data) > 0 {
+		r, size := utf8.DecodeRune(data)
+		switch {
+		case r < utf8.RuneSelf || !unsafeRune(r, nil) || r == utf8.RuneError && size == 1:
+			// encoding/json has already replaced invalid UTF-8.
+			b.Write(data[:size])
+		case r > 0xFFFF:
+			r1, r2 := utf16.EncodeRune(r)
+			fmt.Fprintf(&b, `\u%04x\u%04x`, r1, r2)
+		default:
+			fmt.Fprintf(&b, `\u%04x`, r)
+		}
+		data = data[size:]
+	}
+	return b.Bytes()
 }

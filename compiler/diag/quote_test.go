@@ -1,8 +1,11 @@
 package diag
 
 import (
+	"bytes"
+	"encoding/json"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 func TestQuoteEscapesAndCuts(t *testing.T) {
@@ -57,5 +60,33 @@ func TestWriteTextEscapes(t *testing.T) {
 	}
 	if !strings.Contains(out, "hint: two\n          lines") {
 		t.Errorf("the hint's own line break is lost:\n%s", out)
+	}
+}
+
+// TestEncodeJSONEscapes: control, format and bidirectional characters
+// of spec text leave EncodeJSON as \u escapes, and a decoder reads the
+// same strings back.
+func TestEncodeJSONEscapes(t *testing.T) {
+	in := map[string]string{"v": "a\u202eb\u2066c\u200bd\u0085e\x1bf\u2028g\U000e0001h<i>&j é"}
+	var b bytes.Buffer
+	if err := EncodeJSON(&b, in); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range b.String() {
+		if r >= utf8.RuneSelf && r != 'é' {
+			t.Errorf("raw %U in %s", r, b.String())
+		}
+	}
+	for _, want := range []string{`\u202e`, `\u2066`, `\u200b`, `\u0085`, `\u001b`, `\u2028`, `\udb40\udc01`, "é"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("%s lacks %s", b.String(), want)
+		}
+	}
+	var out map[string]string
+	if err := json.Unmarshal(b.Bytes(), &out); err != nil {
+		t.Fatal(err)
+	}
+	if out["v"] != in["v"] {
+		t.Errorf("read back %q, want %q", out["v"], in["v"])
 	}
 }

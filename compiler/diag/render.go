@@ -1,7 +1,6 @@
 package diag
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"path/filepath"
@@ -85,7 +84,5 @@ func (l List) WriteJSON(w io.Writer) error {
 	if r.Diagnostics == nil {
 		r.Diagnostics = []Diagnostic{}
 	}
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(r)
+	return EncodeJSON(w, r)
 }

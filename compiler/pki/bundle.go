@@ -99,7 +99,15 @@ type NewOptions struct {
 	// CAValidity is how long the CAs are valid from now: positive and at
 	// most MaxCAValidity.
 	CAValidity time.Duration
+	// ClockSkew backdates the CAs' notBefore, as the spec's pki.clockSkew
+	// backdates leaves (which never start before their CA): a node whose
+	// clock runs a little behind the machine that made the bundle must
+	// still accept a fresh tree. At most MaxClockSkew.
+	ClockSkew time.Duration
 }
+
+// MaxClockSkew bounds ClockSkew as the spec bounds pki.clockSkew.
+const MaxClockSkew = 24 * time.Hour
 
 // MaxCAValidity bounds the validity of the CAs New creates, as the spec's
 // pki.caValidity is bounded: a time.Duration holds only about 292 years,
@@ -107,11 +115,15 @@ type NewOptions struct {
 const MaxCAValidity = 200 * 365 * 24 * time.Hour
 
 // New creates a bundle. random supplies the 32-byte seed every secret is
-// derived from; now is the CAs' notBefore and the first epoch. Both come
-// from the caller so that tests are reproducible.
+// derived from; now is the first epoch, and the CAs' notBefore less
+// opts.ClockSkew. Both come from the caller so that tests are
+// reproducible.
 func New(random io.Reader, now time.Time, opts NewOptions) (*Bundle, error) {
 	if opts.CAValidity <= 0 || opts.CAValidity > MaxCAValidity {
 		return nil, fmt.Errorf("a CA validity of %s is not between 1 second and 200 years", opts.CAValidity)
+	}
+	if opts.ClockSkew < 0 || opts.ClockSkew > MaxClockSkew {
+		return nil, fmt.Errorf("a clock skew of %s is not between 0 and 24 hours", opts.ClockSkew)
 	}
 	seed := make([]byte, 32)
 	if _, err := io.ReadFull(random, seed); err != nil {
@@ -120,7 +132,7 @@ func New(random io.Reader, now time.Time, opts NewOptions) (*Bundle, error) {
 	now = now.UTC().Truncate(time.Second)
 	b := &Bundle{Epoch: now, Seed: seed, CAs: map[Authority]CA{}}
 	for _, a := range Authorities() {
-		ca, err := newCA(seed, a, opts.Algorithm, now, opts.CAValidity)
+		ca, err := newCA(seed, a, opts.Algorithm, now, opts.CAValidity, opts.ClockSkew)
 		if err != nil {
 			return nil, err
 		}
@@ -152,14 +164,14 @@ func New(random io.Reader, now time.Time, opts NewOptions) (*Bundle, error) {
 }
 
 // newCA creates a self-signed CA valid from now.
-func newCA(seed []byte, a Authority, alg Algorithm, now time.Time, validity time.Duration) (CA, error) {
+func newCA(seed []byte, a Authority, alg Algorithm, now time.Time, validity, skew time.Duration) (CA, error) {
 	key, err := deriveKey(seed, alg, "ca/"+string(a))
 	if err != nil {
 		return CA{}, err
 	}
 	tmpl := &x509.Certificate{
 		Subject:               pkix.Name{CommonName: a.commonName()},
-		NotBefore:             now,
+		NotBefore:             now.Add(-skew),
 		NotAfter:              now.Add(validity),
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
 		BasicConstraintsValid: true,

@@ -481,6 +481,40 @@ func TestNewRejectsValidity(t *testing.T) {
 	}
 }
 
+// TestNewBackdatesCAs: a fresh bundle's CAs start ClockSkew before its
+// epoch, and so do the leaves issued from it (the spec's clockSkew is
+// clamped to the CA's notBefore): with a CA starting at the epoch, a
+// fresh tree would be refused by a node whose clock is a minute behind.
+// A skew outside 0 to 24 hours is refused.
+func TestNewBackdatesCAs(t *testing.T) {
+	const skew = 5 * time.Minute
+	b, err := New(bytes.NewReader(testSeed), testEpoch, NewOptions{Algorithm: ECDSAP256, CAValidity: time.Hour * 24 * 365, ClockSkew: skew})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := testEpoch.UTC().Truncate(time.Second).Add(-skew)
+	for a, ca := range b.CAs {
+		if !ca.Cert.NotBefore.Equal(want) {
+			t.Errorf("%s starts %s, want %s", a, ca.Cert.NotBefore, want)
+		}
+	}
+	c := compileExample(t, "single-node")
+	m, err := Issue(c, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range m.Leaves {
+		if !l.X509.NotBefore.Equal(want) {
+			t.Errorf("%s starts %s, want %s", l.ID, l.X509.NotBefore, want)
+		}
+	}
+	for _, s := range []time.Duration{-time.Second, MaxClockSkew + time.Second} {
+		if _, err := New(bytes.NewReader(testSeed), testEpoch, NewOptions{Algorithm: ECDSAP256, CAValidity: time.Hour, ClockSkew: s}); err == nil {
+			t.Errorf("New accepted a clock skew of %s", s)
+		}
+	}
+}
+
 // TestParseNamesUnknownField: an unknown field is named with its place
 // in the bundle, and its value never quoted.
 func TestParseNamesUnknownField(t *testing.T) {

@@ -32,8 +32,10 @@ func (p Problem) String() string { return p.Path + ": " + p.Message }
 // a build writes there): every certificate chains to the CA its consumers
 // trust and is valid at now, every key belongs to its certificate, every
 // kubeconfig loads with client-go and its credentials chain, private
-// material is 0600, no private key lies where the catalogue puts none, and
-// no node holds a certificate in another node's name. With a cluster it
+// material is 0600, no private key (PEM of any type, or DER) and no
+// kubeconfig carrying credentials lies where the catalogue puts none, and
+// no node holds a certificate in another node's name. Files over 1 MiB,
+// and files that are not regular, are not read. With a cluster it
 // also checks that each node has exactly the certificates of the
 // catalogue, with the subjects, SANs and server URLs of the topology.
 // Messages never quote key material. Problem paths, like the paths in
@@ -55,12 +57,14 @@ func Verify(tree fs.FS, c *ir.Cluster, now time.Time) ([]Problem, error) {
 			names[n.Name()] = true
 		}
 	}
+	owners := keyOwners(tree, trees)
+	kubeconfigs := map[string]kubeconfigCredentials{}
 	for _, dir := range trees {
-		if err := verifyNode(tree, dir, now, add); err != nil {
+		if err := verifyNode(tree, dir, now, kubeconfigs, add); err != nil {
 			return nil, err
 		}
 	}
-	if err := verifyKeyPlacement(tree, trees, c, add); err != nil {
+	if err := verifyKeyPlacement(tree, trees, c, owners, kubeconfigs, add); err != nil {
 		return nil, err
 	}
 	if c != nil {
@@ -108,7 +112,10 @@ func isKubeconfig(rel string) bool {
 	return rel == KubeProxyKubeconfig || rel == CalicoKubeconfig
 }
 
-func verifyNode(tree fs.FS, dir string, now time.Time, add func(p, format string, args ...any)) error {
+// verifyNode checks the files of one node's tree (or the cluster tree).
+// It records the credentials of the kubeconfigs it decodes in
+// kubeconfigs, by path.
+func verifyNode(tree fs.FS, dir string, now time.Time, kubeconfigs map[string]kubeconfigCredentials, add func(p, format string, args ...any)) error {
 	if _, err := fs.Stat(tree, dir); errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
@@ -121,7 +128,17 @@ func verifyNode(tree fs.FS, dir string, now time.Time, add func(p, format string
 		if err != nil {
 			return err
 		}
-		data, err := fs.ReadFile(tree, p)
+		data, err := readBounded(tree, p, d)
+		if errors.Is(err, errNotSniffed) {
+			// Too large, or no regular file, to be read whole: no
+			// certificate, key or kubeconfig of the layout is either.
+			if strings.HasSuffix(rel, ".crt") || strings.HasSuffix(rel, ".key") || isKubeconfig(rel) {
+				add(p, "is no regular file of at most 1 MiB, as every certificate, key and kubeconfig is: not read")
+			} else if info.Mode().IsRegular() && info.Mode().Perm()&0o022 != 0 {
+				add(p, "is writable by group or others (mode %04o)", info.Mode().Perm())
+			}
+			return nil
+		}
 		if err != nil {
 			return err
 		}
@@ -145,7 +162,7 @@ func verifyNode(tree fs.FS, dir string, now time.Time, add func(p, format string
 				add(p, "CA expired on %s", cert.NotAfter.Format(time.DateOnly))
 			}
 		case isKubeconfig(rel):
-			verifyKubeconfig(p, data, now, add)
+			kubeconfigs[p] = verifyKubeconfig(p, data, now, add)
 		}
 		return nil
 	})
@@ -165,7 +182,7 @@ func verifyCertFile(tree fs.FS, dir, rel string, now time.Time, add func(p, form
 		add(p, "does not verify against %s: %v", caFor(rel), err)
 	}
 	keyPath := strings.TrimSuffix(p, ".crt") + ".key"
-	keyPEM, err := fs.ReadFile(tree, keyPath)
+	keyPEM, err := readBounded(tree, keyPath, nil)
 	if err != nil {
 		add(p, "has no key file %s", path.Base(keyPath))
 		return
@@ -175,31 +192,34 @@ func verifyCertFile(tree fs.FS, dir, rel string, now time.Time, add func(p, form
 	}
 }
 
-func verifyKubeconfig(p string, data []byte, now time.Time, add func(p, format string, args ...any)) {
+// verifyKubeconfig checks a kubeconfig at a path of the layout, and
+// returns its users that carry credentials.
+func verifyKubeconfig(p string, data []byte, now time.Time, add func(p, format string, args ...any)) kubeconfigCredentials {
 	cfg, err := LoadKubeconfig(data)
 	if err != nil {
 		add(p, "does not load as a kubeconfig: %v", err)
-		return
+		return kubeconfigCredentials{}
 	}
+	creds := credentialUsers(cfg)
 	ctx, ok := cfg.Contexts[cfg.CurrentContext]
 	if !ok {
 		add(p, "has no current context")
-		return
+		return creds
 	}
 	cluster, user := cfg.Clusters[ctx.Cluster], cfg.AuthInfos[ctx.AuthInfo]
 	if cluster == nil || user == nil {
 		add(p, "current context %q names a missing cluster or user", cfg.CurrentContext)
-		return
+		return creds
 	}
 	ca, err := parseCertPEM(cluster.CertificateAuthorityData)
 	if err != nil {
 		add(p, "certificate-authority-data: %v", err)
-		return
+		return creds
 	}
 	cert, err := parseCertPEM(user.ClientCertificateData)
 	if err != nil {
 		add(p, "client-certificate-data: %v", err)
-		return
+		return creds
 	}
 	if _, err := tls.X509KeyPair(user.ClientCertificateData, user.ClientKeyData); err != nil {
 		add(p, "client key does not belong to its client certificate")
@@ -207,6 +227,7 @@ func verifyKubeconfig(p string, data []byte, now time.Time, add func(p, format s
 	if err := verifyChain(cert, ca, now); err != nil {
 		add(p, "client certificate does not verify against the embedded CA: %v", err)
 	}
+	return creds
 }
 
 func verifyChain(cert, ca *x509.Certificate, now time.Time) error {
@@ -260,7 +281,10 @@ func verifyTopology(tree fs.FS, c *ir.Cluster, add func(p, format string, args .
 // readLeaf reads a certificate file, or the client certificate and server
 // of a kubeconfig.
 func readLeaf(tree fs.FS, p string, kubeconfig bool) (*x509.Certificate, string, error) {
-	data, err := fs.ReadFile(tree, p)
+	data, err := readBounded(tree, p, nil)
+	if errors.Is(err, errNotSniffed) {
+		return nil, "", err
+	}
 	if err != nil {
 		return nil, "", errors.New("missing")
 	}
@@ -330,7 +354,10 @@ func normalizeIP(ip net.IP) string {
 }
 
 func readCert(tree fs.FS, p string) (*x509.Certificate, error) {
-	data, err := fs.ReadFile(tree, p)
+	data, err := readBounded(tree, p, nil)
+	if errors.Is(err, errNotSniffed) {
+		return nil, err
+	}
 	if err != nil {
 		return nil, errors.New("missing")
 	}
@@ -392,17 +419,27 @@ func verifyNodeNames(tree fs.FS, names map[string]bool, add func(p, format strin
 	return nil
 }
 
-// verifyKeyPlacement finds private keys where the catalogue puts none.
-// Keys are recognised by content, so that a CA key copied under another
-// name is still the CA's: the etcd and front-proxy CA keys never leave
-// the secrets bundle, the cluster CA and service-account keys belong on
-// control-plane nodes only, and every other key beside its certificate.
-// With a cluster, the catalogue says exactly which keys go where.
-func verifyKeyPlacement(tree fs.FS, trees []string, c *ir.Cluster, add func(p, format string, args ...any)) error {
-	owners := keyOwners(tree, trees)
-	var expected map[[2]string]bool
+// verifyKeyPlacement finds private keys and credential-bearing
+// kubeconfigs where the catalogue puts none. Every regular file of the
+// tree up to maxSniff is sniffed, whatever its name: PEM keys of every
+// type, DER keys in PKCS #8, PKCS #1 and SEC 1, and kubeconfigs (as
+// kubectl decodes them) whose users carry a client key, a token, a
+// password or a path to one. Keys are recognised by content, so that a
+// CA key copied under another name is still the CA's: the etcd and
+// front-proxy CA keys never leave the secrets bundle, the cluster CA and
+// service-account keys belong on control-plane nodes only, and every
+// other key beside its certificate. With a cluster, the catalogue says
+// exactly which keys and kubeconfigs go where; without it, the layout
+// does, and a node holding apiserver.crt is a control-plane node.
+func verifyKeyPlacement(tree fs.FS, trees []string, c *ir.Cluster, owners map[string]string, kubeconfigs map[string]kubeconfigCredentials, add func(p, format string, args ...any)) error {
+	var expected, expectedKubeconfigs map[[2]string]bool
+	apiServers := map[string]bool{}
 	if c != nil {
 		expected = keyFiles(c)
+		expectedKubeconfigs = kubeconfigFiles(c)
+		for _, n := range c.Nodes {
+			apiServers[n.Name] = n.Runs(ir.ComponentAPIServer)
+		}
 	}
 	for _, dir := range trees {
 		node := ""
@@ -411,6 +448,10 @@ func verifyKeyPlacement(tree fs.FS, trees []string, c *ir.Cluster, add func(p, f
 		}
 		_, err := fs.Stat(tree, path.Join(dir, CertFile(APIServerStem)))
 		controlPlane := err == nil
+		runsAPIServer := controlPlane
+		if c != nil {
+			runsAPIServer = apiServers[node]
+		}
 		err = fs.WalkDir(tree, dir, func(p string, d fs.DirEntry, err error) error {
 			if errors.Is(err, fs.ErrNotExist) && p == dir {
 				return fs.SkipDir
@@ -419,42 +460,56 @@ func verifyKeyPlacement(tree fs.FS, trees []string, c *ir.Cluster, add func(p, f
 				return err
 			}
 			rel := strings.TrimPrefix(p, dir+"/")
-			data, err := fs.ReadFile(tree, p)
+			data, err := readBounded(tree, p, d)
+			if errors.Is(err, errNotSniffed) {
+				return nil
+			}
 			if err != nil {
 				return err
 			}
-			if !strings.HasSuffix(rel, ".key") && !bytes.Contains(data, []byte("PRIVATE KEY-----")) {
-				return nil
+			kubeconfigHere := layoutKubeconfig(node, rel, controlPlane)
+			if c != nil {
+				kubeconfigHere = expectedKubeconfigs[[2]string{node, rel}]
 			}
-			owner := ""
-			if key, err := parseKey(data); err == nil {
-				if der, err := x509.MarshalPKIXPublicKey(key.Public()); err == nil {
-					owner = owners[string(der)]
+			creds, ok := kubeconfigs[p]
+			if !ok {
+				creds = sniffKubeconfig(data)
+			}
+			verifyKubeconfigCredentials(p, node, rel, creds, owners, kubeconfigHere, c != nil, runsAPIServer, add)
+			keys := sniffKeys(data)
+			if len(keys) == 0 && strings.HasSuffix(rel, ".key") {
+				keys = append(keys, foundKey{form: "named .key, in no encoding Verify recognises"})
+			}
+			keyHere := expected != nil && expected[[2]string{node, rel}]
+			for i, key := range keys {
+				owner := ownerOf(key, owners)
+				where := "where the catalogue puts none"
+				if node != "" && expected == nil && !controlPlane {
+					where = "on a node that runs no API server"
 				}
-			}
-			where := "where the catalogue puts none"
-			if node != "" && expected == nil && !controlPlane {
-				where = "on a node that runs no API server"
-			}
-			switch {
-			case owner == string(EtcdCA):
-				add(p, "is the etcd CA's private key, which never leaves the secrets bundle: with it anyone can mint a client certificate etcd accepts, and read every Secret; delete it")
-			case owner == string(FrontProxyCA):
-				add(p, "is the front-proxy CA's private key, which never leaves the secrets bundle: with it anyone can impersonate any user to aggregated API servers; delete it")
-			case expected != nil && expected[[2]string{node, rel}]:
-			case owner == string(ClusterCA) && (expected != nil || !controlPlane || rel != ClusterCAKey):
-				add(p, "is the cluster CA's private key, %s: with it anyone can sign any identity, system:masters included; delete it", where)
-			case owner == serviceAccount && (expected != nil || !controlPlane || rel != ServiceAccountKey):
-				add(p, "is the service-account signing key, %s: with it anyone can forge any service account's token; delete it", where)
-			case owner == string(ClusterCA) || owner == serviceAccount:
-			case expected != nil:
-				add(p, "holds a private key where the catalogue puts none; delete it, and find out how it got there")
-			case node == "":
-				add(p, "holds a private key, and the cluster tree has none but those in admin.conf and super-admin.conf; delete it")
-			default:
-				crt := strings.TrimSuffix(rel, ".key") + ".crt"
-				if _, err := fs.Stat(tree, path.Join(dir, crt)); err != nil || !strings.HasSuffix(rel, ".key") {
-					add(p, "holds a private key that belongs to no certificate beside it; delete it, and find out how it got there")
+				switch {
+				case owner == string(EtcdCA):
+					add(p, "is the etcd CA's private key, which never leaves the secrets bundle: with it anyone can mint a client certificate etcd accepts, and read every Secret; delete it (%s)", key.form)
+				case owner == string(FrontProxyCA):
+					add(p, "is the front-proxy CA's private key, which never leaves the secrets bundle: with it anyone can impersonate any user to aggregated API servers; delete it (%s)", key.form)
+				case keyHere && i == 0:
+					// The key the catalogue puts here; verifyCertFile
+					// holds it to its certificate. A second key in the
+					// file is another's.
+				case owner == string(ClusterCA) && (expected != nil || !controlPlane || rel != ClusterCAKey || i > 0):
+					add(p, "is the cluster CA's private key, %s: with it anyone can sign any identity, system:masters included; delete it (%s)", where, key.form)
+				case owner == serviceAccount && (expected != nil || !controlPlane || rel != ServiceAccountKey || i > 0):
+					add(p, "is the service-account signing key, %s: with it anyone can forge any service account's token; delete it (%s)", where, key.form)
+				case owner == string(ClusterCA) || owner == serviceAccount:
+				case expected != nil:
+					add(p, "holds a private key where the catalogue puts none (%s); delete it, and find out how it got there", key.form)
+				case node == "":
+					add(p, "holds a private key (%s), and the cluster tree has none but those in admin.conf and super-admin.conf; delete it", key.form)
+				default:
+					crt := strings.TrimSuffix(rel, ".key") + ".crt"
+					if _, err := fs.Stat(tree, path.Join(dir, crt)); err != nil || !strings.HasSuffix(rel, ".key") || i > 0 {
+						add(p, "holds a private key that belongs to no certificate beside it (%s); delete it, and find out how it got there", key.form)
+					}
 				}
 			}
 			return nil
@@ -479,7 +534,7 @@ func keyOwners(tree fs.FS, trees []string) map[string]string {
 			ClusterCACert: string(ClusterCA), "pki/ca.crt": string(ClusterCA), EtcdCACert: string(EtcdCA),
 			FrontProxyCACert: string(FrontProxyCA), ServiceAccountPubKey: serviceAccount,
 		} {
-			data, err := fs.ReadFile(tree, path.Join(dir, rel))
+			data, err := readBounded(tree, path.Join(dir, rel), nil)
 			if err != nil {
 				continue
 			}

@@ -157,9 +157,13 @@ func isControl(r rune) bool { return r < 0x20 || r == 0x7f }
 // QuoteArg writes one argument of a command line so that systemd passes
 // exactly arg to the program (systemd.syntax(7), systemd.service(5)
 // "Command lines"): specifiers ('%') and variable references ('$') are
-// doubled, and an argument that is empty or holds blanks, quotes,
-// backslashes, control characters or is a lone ';' is double-quoted with
-// C escapes. A NUL cannot be passed in an argument at all.
+// doubled, and an argument that is empty, starts with '#' or ';', or
+// holds blanks, quotes, backslashes or control characters is
+// double-quoted with C escapes. The leading '#' and ';' matter because a
+// command rendered one argument per line puts each argument at the start
+// of a continuation line, where systemd (and Parse) skip a line starting
+// with either as a comment; a lone ';' would also separate commands. A
+// NUL cannot be passed in an argument at all.
 func QuoteArg(arg string) (string, error) {
 	if strings.ContainsRune(arg, 0) {
 		return "", fmt.Errorf("argument %s holds a NUL byte", strconv.Quote(arg))
@@ -171,7 +175,7 @@ func QuoteArg(arg string) (string, error) {
 	if strings.ContainsAny(s, "%$") {
 		s = strings.ReplaceAll(strings.ReplaceAll(s, "%", "%%"), "$", "$$")
 	}
-	plain := s != "" && s != ";" && !strings.ContainsFunc(s, func(r rune) bool {
+	plain := s != "" && s[0] != '#' && s[0] != ';' && !strings.ContainsFunc(s, func(r rune) bool {
 		return r <= ' ' || r == 0x7f || r == '"' || r == '\'' || r == '\\'
 	})
 	if plain {

@@ -57,7 +57,7 @@ func TestQuoteArg(t *testing.T) {
 	for _, arg := range []string{
 		"plain", "--flag=value", "", " ", "two words", "a\nExecStartPre=/bin/sh -c id", `say "hi"`, "it's",
 		`back\slash`, `trailing\`, "%n%H%%", "$HOME ${PATH} $$", ";", "a;b", "tab\there", "\x1b[31m", "\x7f",
-		"zoné ✓", "--node-labels=a=b --anonymous-auth=true", `\x41`, "'single'",
+		"zoné ✓", "--node-labels=a=b --anonymous-auth=true", `\x41`, "'single'", "#x", ";y", "#",
 	} {
 		q, err := QuoteArg(arg)
 		if err != nil {
@@ -132,5 +132,41 @@ func TestParseErrors(t *testing.T) {
 	u, err := Parse([]byte("# comment\n; other\n\n[Unit]\nDescription = spaced  out \n"))
 	if err != nil || u.Get("Unit", "Description")[0] != "spaced  out" {
 		t.Errorf("Parse %+v %v", u, err)
+	}
+}
+
+// TestCommentLikeArgumentsOnContinuationLines is issue 29: a command
+// rendered one argument per line puts each argument at the start of a
+// continuation line, where systemd.syntax(7) skips a line starting with
+// '#' or ';' as a comment. Such arguments are quoted, so the command reads
+// back with every argument, and no rendered line starts a comment.
+func TestCommentLikeArgumentsOnContinuationLines(t *testing.T) {
+	argv := []string{"/usr/local/bin/demo", "#x", ";y", "--a=1", "#", ";", "--z=#not-a-comment", "%#", "$;"}
+	for _, onePerLine := range []bool{true, false} {
+		u := File{Sections: []Section{{Name: "Service", Directives: []Directive{
+			{Key: "ExecStart", Command: &Command{Argv: argv, OnePerLine: onePerLine}},
+			{Key: "ExecStartPost", Command: &Command{Prefix: "-", Argv: []string{"/bin/true", "#last"}, OnePerLine: onePerLine}},
+		}}}}
+		data := render(t, u)
+		for i, line := range strings.Split(string(data), "\n") {
+			if i == 0 {
+				continue // the generated-by comment
+			}
+			if l := strings.TrimLeft(line, " \t"); strings.HasPrefix(l, "#") || strings.HasPrefix(l, ";") {
+				t.Errorf("onePerLine=%v: line %d starts a comment: %q\n%s", onePerLine, i+1, line, data)
+			}
+		}
+		got, err := Parse(data)
+		if err != nil {
+			t.Fatalf("onePerLine=%v: %v\n%s", onePerLine, err, data)
+		}
+		cmds := got.Commands("Service", "ExecStart")
+		if len(cmds) != 1 || strings.Join(cmds[0].Argv, "\x00") != strings.Join(argv, "\x00") {
+			t.Errorf("onePerLine=%v: ExecStart reads back as %+v, want %q\n%s", onePerLine, cmds, argv, data)
+		}
+		post := got.Commands("Service", "ExecStartPost")
+		if len(post) != 1 || post[0].Prefix != "-" || strings.Join(post[0].Argv, "|") != "/bin/true|#last" {
+			t.Errorf("onePerLine=%v: ExecStartPost reads back as %+v\n%s", onePerLine, post, data)
+		}
 	}
 }
