@@ -8,4 +8,6 @@ const (
 	CodeMissing    = "KC0004"
 	CodeInternal   = "KC0005"
 	CodeAmbiguous  = "KC0006"
+	CodeEvalBound  = "KC0007"
+	CodePolicyEval = "KC2006"
 )

@@ -40,6 +40,14 @@ type Source struct {
 	// Policies are directories of organisation policies (CUE packages
 	// with a policies field) the spec must satisfy.
 	Policies []string
+	// Bound, when set, runs each stage of the evaluation (the spec's
+	// loading, checks and lowering; each policy directory) and returns an
+	// error, such as "ran longer than 1m0s", when the stage went past what
+	// the caller allows: the stage is then abandoned (CUE cannot be
+	// interrupted; its goroutine ends with the process) and reported at
+	// the spec or policy directory. The caller owns the clock and the
+	// memory limit; nil runs every stage unbounded.
+	Bound func(eval func()) error
 }
 
 // loaded is a spec after loading: the user's own value, the same value

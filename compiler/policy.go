@@ -34,6 +34,7 @@ func policyRules() []diag.Rule {
 		{Code: CodePolicyWaived, Severity: diag.Warning, Family: "policies", Summary: "a waiver relaxes an organisation policy"},
 		{Code: CodePolicyWaiver, Severity: diag.Warning, Family: "policies", Summary: "a policy waiver names no policy the spec breaks"},
 		{Code: CodePolicyNothing, Severity: diag.Error, Family: "policies", Summary: "a policy's require constrains nothing"},
+		{Code: CodePolicyEval, Severity: diag.Error, Family: "policies", Summary: "evaluating a policy directory took longer or grew larger than --eval-timeout or --eval-memory allow"},
 	}
 }
 
@@ -90,24 +91,46 @@ func checkPolicies(ctx *cue.Context, l *loaded, m *model, c *ir.Cluster, dirs []
 	waived := map[string]bool{}
 	broken := false
 	for _, dir := range dirs {
-		pols, diags := loadPolicies(ctx, dir, shape, input)
-		out = append(out, diags...)
-		broken = broken || diags.HasErrors()
-		for _, p := range pols {
-			if p.when.Exists() && p.when.Subsume(input) != nil {
-				continue
-			}
-			for _, d := range p.violations(input, m) {
-				if w, ok := m.spec.Policies.Waivers[p.id]; ok {
-					waived[p.id] = true
-					if hidden != nil {
-						hidden[p.id] = append(hidden[p.id], d)
-					}
-					out = append(out, m.diagAt(CodePolicyWaived, "policies.waivers."+quoteLabel(p.id),
-						fmt.Sprintf("policy %s is waived: %s (%s)", p.id, w.Reason, d.Message), "", d.Positions))
+		// One directory's evaluation writes only its own results, merged
+		// once it is done: an evaluation cut off by the bound may still
+		// be running, and must touch nothing the caller reads.
+		var dirOut diag.List
+		var dirWaived []string
+		var dirHidden []policyViolation
+		dirBroken := false
+		err := runBounded(l.src.Bound, func() {
+			pols, diags := loadPolicies(ctx, dir, shape, input)
+			dirOut = append(dirOut, diags...)
+			dirBroken = diags.HasErrors()
+			for _, p := range pols {
+				if p.when.Exists() && p.when.Subsume(input) != nil {
 					continue
 				}
-				out = append(out, d)
+				for _, d := range p.violations(input, m) {
+					if w, ok := m.spec.Policies.Waivers[p.id]; ok {
+						dirWaived = append(dirWaived, p.id)
+						dirHidden = append(dirHidden, policyViolation{p.id, d})
+						dirOut = append(dirOut, m.diagAt(CodePolicyWaived, "policies.waivers."+quoteLabel(p.id),
+							fmt.Sprintf("policy %s is waived: %s (%s)", p.id, w.Reason, d.Message), "", d.Positions))
+						continue
+					}
+					dirOut = append(dirOut, d)
+				}
+			}
+		})
+		if err != nil {
+			return diag.List{{Code: CodePolicyEval, Severity: diag.Error, Positions: []diag.Pos{{File: dir}},
+				Message: fmt.Sprintf("evaluating the policies of %s %v; nothing of it was checked", diag.Printable(dir, 200), err),
+				Hint:    "a policy's comprehension or recursion that grows with the spec can take unbounded time: bound it, or raise --eval-timeout / --eval-memory if the work is real"}}
+		}
+		out = append(out, dirOut...)
+		broken = broken || dirBroken
+		for _, id := range dirWaived {
+			waived[id] = true
+		}
+		for _, h := range dirHidden {
+			if hidden != nil {
+				hidden[h.id] = append(hidden[h.id], h.d)
 			}
 		}
 	}
@@ -121,6 +144,22 @@ func checkPolicies(ctx *cue.Context, l *loaded, m *model, c *ir.Cluster, dirs []
 		}
 	}
 	return out
+}
+
+// runBounded runs one stage of an evaluation under the caller's bound,
+// or unbounded when there is none.
+func runBounded(bound func(func()) error, eval func()) error {
+	if bound == nil {
+		eval()
+		return nil
+	}
+	return bound(eval)
+}
+
+// policyViolation is a violation a waiver hides, under the policy's id.
+type policyViolation struct {
+	id string
+	d  diag.Diagnostic
 }
 
 // diagAt is a diagnostic of a rule in the table at a spec path, with
@@ -539,22 +578,38 @@ type Waiver struct {
 // src.Policies each one hides.
 func CompileWaivers(src Source) (*ir.Cluster, diag.List, []Waiver) {
 	ctx := cuecontext.New()
-	l, diags := loadSpec(ctx, src)
-	if diags.HasErrors() {
-		return nil, diags.Sorted(), nil
+	var l *loaded
+	var m *model
+	var c *ir.Cluster
+	var early diag.List
+	err := runBounded(src.Bound, func() {
+		var diags diag.List
+		if l, diags = loadSpec(ctx, src); diags.HasErrors() {
+			early = diags
+			return
+		}
+		if m, diags = newModel(l); diags.HasErrors() {
+			early = diags
+			return
+		}
+		m.profile = src.Profile
+		for _, f := range families() {
+			f.check(m)
+		}
+		if m.diags.HasErrors() {
+			early = m.diags
+			return
+		}
+		c = lower(m)
+	})
+	if err != nil {
+		return nil, diag.List{{Code: CodeEvalBound, Severity: diag.Error, Positions: []diag.Pos{{File: src.Dir}},
+			Message: fmt.Sprintf("evaluating the spec %s %v; nothing of it was checked", diag.Printable(src.Dir, 200), err),
+			Hint:    "a comprehension or recursion that grows without end can take unbounded time and memory: bound it, or raise --eval-timeout / --eval-memory if the spec is really that large"}}, nil
 	}
-	m, diags := newModel(l)
-	if diags.HasErrors() {
-		return nil, diags.Sorted(), nil
+	if early != nil {
+		return nil, early.Sorted(), nil
 	}
-	m.profile = src.Profile
-	for _, f := range families() {
-		f.check(m)
-	}
-	if m.diags.HasErrors() {
-		return nil, m.diags.Sorted(), nil
-	}
-	c := lower(m)
 	hidden := map[string]diag.List{}
 	if len(src.Policies) > 0 {
 		m.diags = append(m.diags, checkPolicies(ctx, l, m, c, src.Policies, hidden)...)

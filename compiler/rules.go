@@ -27,6 +27,7 @@ func Rules() []diag.Rule {
 		{Code: CodeMissing, Severity: diag.Error, Family: "schema", Summary: "a required value is not set"},
 		{Code: CodeInternal, Severity: diag.Error, Family: "internal", Summary: "kcompile failed internally; please report it"},
 		{Code: CodeAmbiguous, Severity: diag.Error, Family: "schema", Summary: "a value is a disjunction with more than one allowed value and no default"},
+		{Code: CodeEvalBound, Severity: diag.Error, Family: "load", Summary: "evaluating the spec took longer or grew larger than --eval-timeout or --eval-memory allow"},
 	}
 	for _, f := range families() {
 		for _, r := range f.rules {

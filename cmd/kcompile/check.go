@@ -39,7 +39,7 @@ func (c *checkCmd) Run(e *env) error {
 			return err
 		}
 	}
-	out, err := pipeline.Run(pipeline.Input{Source: compiler.Source{Dir: c.Dir, Profile: c.Profile, Policies: c.Policy}, Bundle: b, Now: e.now})
+	out, err := pipeline.Run(pipeline.Input{Source: compiler.Source{Dir: c.Dir, Profile: c.Profile, Policies: c.Policy, Bound: e.bound}, Bundle: b, Now: e.now})
 	if err != nil {
 		return err
 	}

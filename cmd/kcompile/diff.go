@@ -239,7 +239,7 @@ func (c *diffCmd) side(e *env, b *pki.Bundle, dir, label string, at func(diag.Li
 	if c.Target == "all" {
 		names = []pipeline.Target{pipeline.Systemd, pipeline.CloudInit, pipeline.Ignition}
 	}
-	out, err := pipeline.Run(pipeline.Input{Source: compiler.Source{Dir: dir}, Bundle: b, Now: e.now, Issue: true, Targets: names, Stage: e.progress.stage})
+	out, err := pipeline.Run(pipeline.Input{Source: compiler.Source{Dir: dir, Bound: e.bound}, Bundle: b, Now: e.now, Issue: true, Targets: names, Stage: e.progress.stage})
 	if err != nil {
 		return diffSide{}, err
 	}
@@ -261,7 +261,7 @@ func (c *diffCmd) side(e *env, b *pki.Bundle, dir, label string, at func(diag.Li
 	s := diffSide{label: label, etcd: etcdMembers(out.Cluster), endpoint: endpointOf(out.Cluster), facts: factsOf(out), topology: picture.Of(out.Cluster), tree: targets.NewTree(),
 		checks: at(append(diag.List{}, out.Diagnostics...))}
 	if len(c.Policy) > 0 {
-		v, ws, err := violations(dir, c.Policy, c.Profile)
+		v, ws, err := violations(dir, c.Policy, c.Profile, e.bound)
 		if err != nil {
 			return diffSide{}, fmt.Errorf("%s: %w", label, err)
 		}
@@ -289,8 +289,8 @@ func (c *diffCmd) side(e *env, b *pki.Bundle, dir, label string, at func(diag.Li
 // its policy's id, which no rule of kcompile has) is a finding, not an
 // error, on either side; a policy that does not load is an error. The
 // spec's waivers come back with the violations each hides.
-func violations(dir string, policies []string, profile string) (diag.List, []compiler.Waiver, error) {
-	_, diags, waivers := compiler.CompileWaivers(compiler.Source{Dir: dir, Policies: policies, Profile: profile})
+func violations(dir string, policies []string, profile string, bound func(func()) error) (diag.List, []compiler.Waiver, error) {
+	_, diags, waivers := compiler.CompileWaivers(compiler.Source{Dir: dir, Policies: policies, Profile: profile, Bound: bound})
 	rules := map[string]bool{}
 	for _, r := range pipeline.Rules() {
 		rules[r.Code] = true

@@ -55,7 +55,7 @@ func (c *explainCmd) Run(e *env) error {
 			return statusError{code: exitUsage, msg: "--picture is its own format: leave out --output " + c.Output}
 		}
 	}
-	cluster, diags := compiler.Compile(compiler.Source{Dir: c.Dir})
+	cluster, diags := compiler.Compile(compiler.Source{Dir: c.Dir, Bound: e.bound})
 	if cluster == nil {
 		diags = diags.Relative(e.cwd)
 		if err := diags.WriteText(e.stderr); err != nil {

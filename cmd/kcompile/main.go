@@ -42,6 +42,10 @@ type cli struct {
 	Completion completionCmd `cmd:"" help:"Print a shell completion script (bash, zsh or fish)."`
 
 	Quiet bool `short:"q" help:"Show no progress on stderr (progress is shown only when stderr is a terminal); warnings and errors are still printed."`
+	// A spec or policy from a pull request may be written to exhaust
+	// the machine that checks it.
+	EvalTimeout time.Duration `name:"eval-timeout" default:"1m" help:"Give up evaluating a spec, or a policy directory, after this long (a positioned error)."`
+	EvalMemory  string        `name:"eval-memory" default:"2GiB" placeholder:"SIZE" help:"Give up evaluating a spec, or a policy directory, when it grows the heap by more than this (e.g. 512MiB, 2GiB)."`
 }
 
 // env is what commands may touch of the outside world.
@@ -55,6 +59,8 @@ type env struct {
 	app *kong.Kong
 	// progress shows long work on stderr, or nothing.
 	progress *progress
+	// bound limits each stage of a spec's or policy's evaluation.
+	bound func(eval func()) error
 }
 
 // exitError carries an exit status out of kong's Exit hook.
@@ -105,6 +111,15 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) (code int) {
 		return exitUsage
 	}
 	e := &env{stdin: stdin, stdout: stdout, stderr: stderr, cwd: cwd, now: now, app: parser}
+	memory, err := parseSize(c.EvalMemory)
+	if err != nil || c.EvalTimeout <= 0 {
+		if err == nil {
+			err = fmt.Errorf("--eval-timeout %s is not a positive duration", c.EvalTimeout)
+		}
+		fmt.Fprintln(stderr, "kcompile:", err)
+		return exitUsage
+	}
+	e.bound = evalBound(c.EvalTimeout, memory)
 	e.progress = newProgress(stderr, !c.Quiet && isTerminal(stderr))
 	defer e.progress.close()
 	if err := kctx.Run(e); err != nil {

@@ -21,7 +21,7 @@ import (
 // error, else its warnings.
 func compileSpec(e *env, dir string) (*ir.Cluster, error) {
 	e.progress.stage("compiling " + dir)
-	c, diags := compiler.Compile(compiler.Source{Dir: dir})
+	c, diags := compiler.Compile(compiler.Source{Dir: dir, Bound: e.bound})
 	if c == nil {
 		return nil, printDiagnostics(e, diags, "the spec has errors; `kcompile check` explains them")
 	}
@@ -54,7 +54,7 @@ func (a specAndSecrets) run(e *env, ts ...pipeline.Target) (*pipeline.Output, er
 	if diags.HasErrors() {
 		return nil, printDiagnostics(e, diags, "cannot use the secrets bundle "+a.Secrets)
 	}
-	out, err := pipeline.Run(pipeline.Input{Source: compiler.Source{Dir: a.Dir}, Bundle: b, Now: e.now, Issue: true, Targets: ts, Stage: e.progress.stage})
+	out, err := pipeline.Run(pipeline.Input{Source: compiler.Source{Dir: a.Dir, Bound: e.bound}, Bundle: b, Now: e.now, Issue: true, Targets: ts, Stage: e.progress.stage})
 	if err != nil {
 		return nil, err
 	}
