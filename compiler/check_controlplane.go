@@ -265,7 +265,7 @@ func checkVIPReserved(m *model, a netip.Addr) {
 	}
 	if b := m.spec.Boot; b != nil && b.MatchboxURL != "" {
 		if u, err := url.Parse(b.MatchboxURL); err == nil {
-			if ha, err := netip.ParseAddr(strings.Trim(u.Hostname(), "[]")); err == nil && ha.Unmap() == a.Unmap() {
+			if ha, err := netip.ParseAddr(u.Hostname()); err == nil && ha.Unmap() == a.Unmap() {
 				m.report(CodeEndpointReserved, "controlPlane.endpoint.address", fmt.Sprintf("endpoint address %s is the Matchbox host's (boot.matchboxURL)", a),
 					"choose a free address for the VIP; the machines fetch their configurations from Matchbox at that address", "boot.matchboxURL")
 			}

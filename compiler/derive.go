@@ -4,6 +4,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/kcompile/kcompile/compiler/ir"
 )
 
 // What the checks and the lowering both compute from the decoded spec:
@@ -92,14 +94,8 @@ func parseValidity(s string) time.Duration {
 	return time.Duration(n) * unit
 }
 
-// maxClockSkew bounds the backdating of leaves: clocks a day apart are a
-// broken time service to fix, not a skew to paper over, and a long
-// backdating makes a renewed certificate valid before the decision to
-// issue it.
-const maxClockSkew = 24 * time.Hour
-
 // parseSkew reads the schema's skew form: a whole number of seconds,
-// minutes or hours. It returns -1 for a value above maxClockSkew, so that
+// minutes or hours. It returns -1 for a value above ir.MaxClockSkew, so that
 // zero (no backdating) stays a valid choice.
 func parseSkew(s string) time.Duration {
 	if len(s) < 2 {
@@ -108,7 +104,7 @@ func parseSkew(s string) time.Duration {
 	n, err := strconv.ParseInt(s[:len(s)-1], 10, 64)
 	unit := map[byte]time.Duration{'s': time.Second, 'm': time.Minute, 'h': time.Hour}[s[len(s)-1]]
 	// The count is bounded, not the product, which could overflow.
-	if err != nil || unit == 0 || n < 0 || n > int64(maxClockSkew/unit) {
+	if err != nil || unit == 0 || n < 0 || n > int64(ir.MaxClockSkew/unit) {
 		return -1
 	}
 	return time.Duration(n) * unit

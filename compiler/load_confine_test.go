@@ -121,7 +121,7 @@ func TestLoadSpecialFiles(t *testing.T) {
 	spec, embed := filepath.Join(base, "spec"), filepath.Join(base, "embed")
 	for _, p := range []string{filepath.Join(spec, "x.cue"), filepath.Join(embed, "data.json")} {
 		if err := syscall.Mkfifo(p, 0o644); err != nil {
-			t.Skip("no FIFOs here:", err)
+			t.Fatal("making a FIFO:", err)
 		}
 	}
 	wantRefusal(t, compileQuickly(t, Source{Dir: spec}), CodeLoad, "x.cue", "named pipe (FIFO)", filepath.Join(spec, "x.cue"), "")
@@ -169,8 +169,9 @@ func TestPolicyEmbedConfined(t *testing.T) {
 	_, diags := Compile(Source{Dir: filepath.Join(base, "spec"), Policies: []string{pol}})
 	wantRefusal(t, diags, CodePolicyLoad, "secret.json", "leads out of the directory", filepath.Join(pol, "p.cue"), "MARKER-beef")
 
-	if err := syscall.Mkfifo(filepath.Join(base, "policy/q.cue"), 0o644); err == nil {
-		os.Remove(filepath.Join(pol, "secret.json"))
-		wantRefusal(t, compileQuickly(t, Source{Dir: filepath.Join(base, "spec"), Policies: []string{pol}}), CodePolicyLoad, "q.cue", "named pipe", filepath.Join(pol, "q.cue"), "")
+	if err := syscall.Mkfifo(filepath.Join(base, "policy/q.cue"), 0o644); err != nil {
+		t.Fatal("making a FIFO:", err)
 	}
+	os.Remove(filepath.Join(pol, "secret.json"))
+	wantRefusal(t, compileQuickly(t, Source{Dir: filepath.Join(base, "spec"), Policies: []string{pol}}), CodePolicyLoad, "q.cue", "named pipe", filepath.Join(pol, "q.cue"), "")
 }

@@ -35,10 +35,8 @@ func lower(m *model) *ir.Cluster {
 	// Derived values are kept as JSON, as the spec's own values are, so
 	// that a consumer reads every value one way.
 	derive := func(path string, v any, from string) {
-		value, err := json.Marshal(v)
-		if err != nil {
-			value = []byte(strconv.Quote(fmt.Sprint(v)))
-		}
+		// Strings and numbers always marshal.
+		value, _ := json.Marshal(v)
 		settings = append(settings, ir.Setting{Path: path, Value: string(value),
 			Origin: ir.Origin{Kind: ir.FromDerived, From: from, Pos: firstPos(m.at(firstPath(from)))}})
 	}

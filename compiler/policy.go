@@ -64,9 +64,9 @@ type policy struct {
 // checkPolicies evaluates every policy of the directories against the
 // spec l and the facts of c, and reports each violation under the
 // policy's id, at the spec value that breaks it and at the policy line
-// that states it. It also records in hidden every violation a waiver
-// hides, under the waived policy's id, as it would be reported without
-// the waiver.
+// that states it. It also records in hidden (not nil) every violation a
+// waiver hides, under the waived policy's id, as it would be reported
+// without the waiver.
 func checkPolicies(ctx *cue.Context, l *loaded, m *model, c *ir.Cluster, dirs []string, hidden map[string]diag.List) diag.List {
 	var out diag.List
 	// The schema package loaded with the spec holds both definitions.
@@ -88,14 +88,12 @@ func checkPolicies(ctx *cue.Context, l *loaded, m *model, c *ir.Cluster, dirs []
 	if err := shape.Err(); err != nil {
 		return diag.List{{Code: CodeInternal, Severity: diag.Error, Message: "the policy schema: " + err.Error()}}
 	}
-	waived := map[string]bool{}
 	broken := false
 	for _, dir := range dirs {
 		// One directory's evaluation writes only its own results, merged
 		// once it is done: an evaluation cut off by the bound may still
 		// be running, and must touch nothing the caller reads.
 		var dirOut diag.List
-		var dirWaived []string
 		var dirHidden []policyViolation
 		dirBroken := false
 		err := runBounded(l.src.Bound, func() {
@@ -108,10 +106,9 @@ func checkPolicies(ctx *cue.Context, l *loaded, m *model, c *ir.Cluster, dirs []
 				}
 				for _, d := range p.violations(input, m) {
 					if w, ok := m.spec.Policies.Waivers[p.id]; ok {
-						dirWaived = append(dirWaived, p.id)
 						dirHidden = append(dirHidden, policyViolation{p.id, d})
 						dirOut = append(dirOut, m.diagAt(CodePolicyWaived, "policies.waivers."+quoteLabel(p.id),
-							fmt.Sprintf("policy %s is waived: %s (%s)", p.id, w.Reason, d.Message), "", d.Positions))
+							fmt.Sprintf("policy %s is waived: %s (%s)", p.id, diag.Printable(w.Reason, maxLiteral), d.Message), "", d.Positions))
 						continue
 					}
 					dirOut = append(dirOut, d)
@@ -119,25 +116,20 @@ func checkPolicies(ctx *cue.Context, l *loaded, m *model, c *ir.Cluster, dirs []
 			}
 		})
 		if err != nil {
-			return diag.List{{Code: CodePolicyEval, Severity: diag.Error, Positions: []diag.Pos{{File: dir}},
+			return append(out, diag.Diagnostic{Code: CodePolicyEval, Severity: diag.Error, Positions: []diag.Pos{{File: dir}},
 				Message: fmt.Sprintf("evaluating the policies of %s %v; nothing of it was checked", diag.Printable(dir, 200), err),
-				Hint:    "a policy's comprehension or recursion that grows with the spec can take unbounded time: bound it, or raise --eval-timeout / --eval-memory if the work is real"}}
+				Hint:    "a policy's comprehension or recursion that grows with the spec can take unbounded time: bound it, or raise --eval-timeout / --eval-memory if the work is real"})
 		}
 		out = append(out, dirOut...)
 		broken = broken || dirBroken
-		for _, id := range dirWaived {
-			waived[id] = true
-		}
 		for _, h := range dirHidden {
-			if hidden != nil {
-				hidden[h.id] = append(hidden[h.id], h.d)
-			}
+			hidden[h.id] = append(hidden[h.id], h.d)
 		}
 	}
 	// With a policy that did not load, a waiver of it may still be
 	// needed: only a clean load says a waiver waives nothing.
 	for _, id := range sortedKeys(m.spec.Policies.Waivers) {
-		if !waived[id] && !broken {
+		if len(hidden[id]) == 0 && !broken {
 			out = append(out, m.diagAt(CodePolicyWaiver, "policies.waivers."+quoteLabel(id),
 				fmt.Sprintf("the waiver of policy %s waives nothing: no policy checked here of that id is broken", id),
 				"remove the waiver, or check the policy's id", nil))

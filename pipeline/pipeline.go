@@ -91,9 +91,6 @@ type Output struct {
 	// Sizes are every node's user-data size, when cloud-init was built,
 	// and IgnitionSizes every Ignition config's.
 	Sizes, IgnitionSizes []targets.NodeSize
-	// ManifestKey binds the manifest of a tree written from Trees to the
-	// bundle (targets.WriteOptions.Key); set whenever Material is.
-	ManifestKey []byte
 }
 
 // Run compiles, checks, issues and builds. Diagnostics are about the
@@ -119,7 +116,6 @@ func Run(in Input) (*Output, error) {
 		return nil, fmt.Errorf("kcompile bug: %w", err)
 	}
 	out.Material = m
-	out.ManifestKey = in.Bundle.ManifestKey()
 	want := map[Target]bool{}
 	for _, t := range in.Targets {
 		want[t] = true

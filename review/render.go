@@ -243,7 +243,7 @@ type mdPart struct {
 // collapsed section. A collapsed section still counts toward the size a
 // comment may have, so above opts.MaxSize parts are cut, not folded.
 func (r *Report) WriteMarkdown(w io.Writer, opts MarkdownOptions) error {
-	title := fmt.Sprintf("### kcompile diff `%s` → `%s`\n\n", r.Base, r.Head)
+	title := fmt.Sprintf("### kcompile diff %s → %s\n\n", mdCode(r.Base), mdCode(r.Head))
 	if r.Equal() {
 		out := title + "No differences.\n"
 		if len(r.NotCompared) > 0 {

@@ -71,7 +71,7 @@ func (c *buildCmd) Run(e *env) error {
 	tree := out.Trees[target]
 	dir := filepath.Join(c.OutDir, c.Target)
 	e.progress.stage(fmt.Sprintf("writing %d files to %s", tree.Len(), dir))
-	if err := writeTree(e, dir, tree, out.ManifestKey, c.Replace); err != nil {
+	if err := writeTree(e, dir, tree, out.Material.Bundle.ManifestKey(), c.Replace); err != nil {
 		return err
 	}
 	if err := warnIfTracked(e, dir, "the tree holds the nodes' private keys"); err != nil {

@@ -108,7 +108,7 @@ func valueOf(v *kong.Value, placeholder string) predictor {
 		return predictor{kind: predictWords, words: words}
 	}
 	switch placeholder {
-	case "DIR", "PDIR", "ROOTFS", "OUT", "GOLDEN":
+	case "DIR", "PDIR", "ROOTFS":
 		return predictor{kind: predictDirs}
 	case "FILE", "PATH":
 		return predictor{kind: predictFiles}
@@ -337,15 +337,11 @@ func fishCondition(cmds []compCommand, c compCommand) string {
 	if c.path == "" {
 		return "__fish_use_subcommand"
 	}
-	words := strings.Fields(c.path)
-	var conds []string
-	for _, w := range words {
-		conds = append(conds, "__fish_seen_subcommand_from "+w)
-	}
+	cond := fishFlagCondition(c)
 	if len(c.subs) > 0 {
-		conds = append(conds, "not __fish_seen_subcommand_from "+strings.Join(c.subs, " "))
+		cond += "; and not __fish_seen_subcommand_from " + strings.Join(c.subs, " ")
 	}
-	return strings.Join(conds, "; and ")
+	return cond
 }
 
 // fishFlagCondition holds when a command's flags apply: anywhere on the

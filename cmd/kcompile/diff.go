@@ -206,11 +206,7 @@ func (c *diffCmd) textCommand() string {
 	}
 	args = append(args, "-o", "text")
 	for i, a := range args {
-		if a == "" || strings.ContainsFunc(a, func(r rune) bool {
-			return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./:=@+,~", r))
-		}) {
-			args[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
-		}
+		args[i] = shQuote(a)
 	}
 	return strings.Join(args, " ")
 }
@@ -259,7 +255,7 @@ func (c *diffCmd) side(e *env, b *pki.Bundle, dir, label string, at func(diag.Li
 		return diffSide{}, err
 	}
 	s := diffSide{label: label, etcd: etcdMembers(out.Cluster), endpoint: endpointOf(out.Cluster), facts: factsOf(out), topology: picture.Of(out.Cluster), tree: targets.NewTree(),
-		checks: at(append(diag.List{}, out.Diagnostics...))}
+		checks: at(out.Diagnostics)}
 	if len(c.Policy) > 0 {
 		v, ws, err := violations(dir, c.Policy, c.Profile, e.bound)
 		if err != nil {
@@ -301,7 +297,8 @@ func violations(dir string, policies []string, profile string, bound func(func()
 		switch {
 		case !rules[d.Code]:
 			out = append(out, d)
-		case d.Code == compiler.CodePolicyLoad || d.Code == compiler.CodePolicyShape || d.Code == compiler.CodePolicyNothing || d.Code == compiler.CodeInternal:
+		case d.Code == compiler.CodePolicyLoad || d.Code == compiler.CodePolicyShape || d.Code == compiler.CodePolicyNothing || d.Code == compiler.CodeInternal ||
+			d.Code == compiler.CodePolicyEval || d.Code == compiler.CodeEvalBound:
 			broken = append(broken, fmt.Sprintf("  %s: %s %s: %s", d.Primary(), d.Severity, d.Code, d.Message))
 		}
 	}

@@ -20,6 +20,14 @@ func formatOrLegacyDir(e *env, output, dir *string, dirDefault string, formats .
 	if slices.Contains(formats, *output) {
 		return *output, nil
 	}
+	// A mistyped format must not become a directory holding every
+	// node's private keys.
+	for _, f := range formats {
+		if editDistance(strings.ToLower(*output), f) <= 2 {
+			return "", statusError{code: exitUsage, msg: fmt.Sprintf("-o %s is not an output format (%s); did you mean %s? (a directory is -d %s)",
+				shellWord(*output), strings.Join(formats, ", "), f, shellWord(*output))}
+		}
+	}
 	if *dir != dirDefault {
 		return "", statusError{code: exitUsage, msg: fmt.Sprintf("-o %s is not an output format (%s), and --out-dir is given too",
 			shellWord(*output), strings.Join(formats, ", "))}
@@ -64,8 +72,38 @@ func exitCodes(pairs ...string) string {
 // Control characters are escaped first: they would act on the terminal.
 func shellWord(s string) string {
 	s = diag.Printable(s, maxShown)
-	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_./+,:@=-") == "" && !strings.HasPrefix(s, "-") {
+	if strings.HasPrefix(s, "-") {
+		return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+	}
+	return shQuote(s)
+}
+
+// shQuote quotes a word for a POSIX shell, leaving plain words as they
+// are.
+func shQuote(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_./+,:@=-") == "" {
 		return s
 	}
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// editDistance is the Levenshtein distance between two short words.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur := make([]int, len(b)+1)
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev = cur
+	}
+	return prev[len(b)]
 }

@@ -77,7 +77,7 @@ func (c *provisionCmd) Run(e *env) (err error) {
 	}
 
 	moduleDir := filepath.Join(c.OutDir, "terraform")
-	if err := writeTree(e, moduleDir, tree, out.ManifestKey, c.Replace); err != nil {
+	if err := writeTree(e, moduleDir, tree, out.Material.Bundle.ManifestKey(), c.Replace); err != nil {
 		return err
 	}
 	if err := warnIfTracked(e, c.OutDir, "the module and its state hold the nodes' configurations with their private keys"); err != nil {

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/kcompile/kcompile/compiler/ir"
 	"github.com/kcompile/kcompile/compiler/pki"
 )
 
@@ -43,7 +44,7 @@ func (c *secretsInitCmd) Run(e *env) error {
 		return statusError{code: exitUsage, msg: err.Error()}
 	}
 	skew, err := time.ParseDuration(c.ClockSkew)
-	if err != nil || skew < 0 || skew > pki.MaxClockSkew {
+	if err != nil || skew < 0 || skew > ir.MaxClockSkew {
 		return statusError{code: exitUsage, msg: fmt.Sprintf("--clock-skew %s is not a duration between 0s and 24h, such as 5m", shellWord(c.ClockSkew))}
 	}
 	b, err := pki.New(rand.Reader, e.now, pki.NewOptions{Algorithm: pki.Algorithm(c.KeyAlgorithm), CAValidity: validity, ClockSkew: skew})

@@ -435,8 +435,15 @@ type PKI struct {
 	LeafValidity time.Duration
 	// ClockSkew is how far a leaf's notBefore lies before the issuance
 	// epoch, for nodes whose clocks run behind; never before its CA's.
+	// At most MaxClockSkew.
 	ClockSkew time.Duration
 }
+
+// MaxClockSkew bounds every backdating, of leaves and of CAs: clocks a
+// day apart are a broken time service to fix, not a skew to paper over,
+// and a long backdating makes a renewed certificate valid before the
+// decision to issue it.
+const MaxClockSkew = 24 * time.Hour
 
 // Security configures the API server's protections.
 type Security struct {

@@ -27,6 +27,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/kcompile/kcompile/compiler/ir"
 )
 
 // Authority names a certificate authority of the cluster.
@@ -102,12 +104,9 @@ type NewOptions struct {
 	// ClockSkew backdates the CAs' notBefore, as the spec's pki.clockSkew
 	// backdates leaves (which never start before their CA): a node whose
 	// clock runs a little behind the machine that made the bundle must
-	// still accept a fresh tree. At most MaxClockSkew.
+	// still accept a fresh tree. At most ir.MaxClockSkew.
 	ClockSkew time.Duration
 }
-
-// MaxClockSkew bounds ClockSkew as the spec bounds pki.clockSkew.
-const MaxClockSkew = 24 * time.Hour
 
 // MaxCAValidity bounds the validity of the CAs New creates, as the spec's
 // pki.caValidity is bounded: a time.Duration holds only about 292 years,
@@ -122,7 +121,7 @@ func New(random io.Reader, now time.Time, opts NewOptions) (*Bundle, error) {
 	if opts.CAValidity <= 0 || opts.CAValidity > MaxCAValidity {
 		return nil, fmt.Errorf("a CA validity of %s is not between 1 second and 200 years", opts.CAValidity)
 	}
-	if opts.ClockSkew < 0 || opts.ClockSkew > MaxClockSkew {
+	if opts.ClockSkew < 0 || opts.ClockSkew > ir.MaxClockSkew {
 		return nil, fmt.Errorf("a clock skew of %s is not between 0 and 24 hours", opts.ClockSkew)
 	}
 	seed := make([]byte, 32)

@@ -3,6 +3,7 @@ package pki
 import (
 	"fmt"
 	"io/fs"
+	"path"
 	"sort"
 
 	"github.com/kcompile/kcompile/compiler/ir"
@@ -90,11 +91,11 @@ func Files(m *Material) ([]File, error) {
 					add(n.Name, l.Kubeconfig.Path, kc, ModePrivate)
 				}
 			}
-			add("", "admin.conf", kc, ModePrivate)
+			add("", path.Base(AdminKubeconfig), kc, ModePrivate)
 		case "super-admin":
 			// A break-glass credential that bypasses RBAC: never on a
 			// node.
-			add("", "super-admin.conf", kc, ModePrivate)
+			add("", path.Base(SuperAdminKubeconfig), kc, ModePrivate)
 		default:
 			add(l.Node, l.Kubeconfig.Path, kc, ModePrivate)
 		}

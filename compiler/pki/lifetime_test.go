@@ -508,7 +508,7 @@ func TestNewBackdatesCAs(t *testing.T) {
 			t.Errorf("%s starts %s, want %s", l.ID, l.X509.NotBefore, want)
 		}
 	}
-	for _, s := range []time.Duration{-time.Second, MaxClockSkew + time.Second} {
+	for _, s := range []time.Duration{-time.Second, ir.MaxClockSkew + time.Second} {
 		if _, err := New(bytes.NewReader(testSeed), testEpoch, NewOptions{Algorithm: ECDSAP256, CAValidity: time.Hour, ClockSkew: s}); err == nil {
 			t.Errorf("New accepted a clock skew of %s", s)
 		}

@@ -481,12 +481,12 @@ func verifyKeyPlacement(tree fs.FS, trees []string, c *ir.Cluster, owners map[st
 				keys = append(keys, foundKey{form: "named .key, in no encoding Verify recognises"})
 			}
 			keyHere := expected != nil && expected[[2]string{node, rel}]
+			where := "where the catalogue puts none"
+			if node != "" && expected == nil && !controlPlane {
+				where = "on a node that runs no API server"
+			}
 			for i, key := range keys {
 				owner := ownerOf(key, owners)
-				where := "where the catalogue puts none"
-				if node != "" && expected == nil && !controlPlane {
-					where = "on a node that runs no API server"
-				}
 				switch {
 				case owner == string(EtcdCA):
 					add(p, "is the etcd CA's private key, which never leaves the secrets bundle: with it anyone can mint a client certificate etcd accepts, and read every Secret; delete it (%s)", key.form)

@@ -12,6 +12,7 @@ import (
 	"io"
 	"io/fs"
 	"maps"
+	"path"
 	"slices"
 	"strings"
 
@@ -96,11 +97,10 @@ func sniffKeys(data []byte) []foundKey {
 	var out []foundKey
 	// Every PEM type of a private key ends in PRIVATE KEY.
 	for rest := data; bytes.Contains(data, []byte("PRIVATE KEY")); {
-		block, r := pem.Decode(rest)
-		if block == nil {
+		var block *pem.Block
+		if block, rest = pem.Decode(rest); block == nil {
 			break
 		}
-		rest = r
 		if strings.HasSuffix(block.Type, "PRIVATE KEY") {
 			out = append(out, pemKey(block))
 		}
@@ -321,9 +321,9 @@ func kubeconfigFiles(c *ir.Cluster) map[[2]string]bool {
 					out[[2]string{n.Name, cert.Kubeconfig.Path}] = true
 				}
 			}
-			out[[2]string{"", "admin.conf"}] = true
+			out[[2]string{"", path.Base(AdminKubeconfig)}] = true
 		case "super-admin":
-			out[[2]string{"", "super-admin.conf"}] = true
+			out[[2]string{"", path.Base(SuperAdminKubeconfig)}] = true
 		default:
 			out[[2]string{cert.Node, cert.Kubeconfig.Path}] = true
 		}
@@ -336,7 +336,7 @@ func kubeconfigFiles(c *ir.Cluster) map[[2]string]bool {
 // API server (cp) or not.
 func layoutKubeconfig(node, rel string, cp bool) bool {
 	if node == "" {
-		return rel == "admin.conf" || rel == "super-admin.conf"
+		return rel == path.Base(AdminKubeconfig) || rel == path.Base(SuperAdminKubeconfig)
 	}
 	switch rel {
 	case KubeletKubeconfig, KubeProxyKubeconfig, CalicoKubeconfig:
