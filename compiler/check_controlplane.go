@@ -67,7 +67,15 @@ func checkControlPlane(m *model) {
 			m.report(CodeEndpointShape, "controlPlane.endpoint", "the API endpoint sets both address and host",
 				"keep one: address for a virtual IP, host for a DNS name", "controlPlane.endpoint.address", "controlPlane.endpoint.host")
 		case ep.Address == "" && ep.Host == "":
-			m.report(CodeEndpointShape, "controlPlane.endpoint", "the API endpoint sets neither address nor host",
+			// An empty string written is the mistake to point at.
+			at := "controlPlane.endpoint"
+			for _, f := range []string{"address", "host"} {
+				if m.written(at + "." + f) {
+					at += "." + f
+					break
+				}
+			}
+			m.report(CodeEndpointShape, at, "the API endpoint sets neither address nor host",
 				"set address (a virtual IP) or host (a DNS name)")
 		case ep.Address != "":
 			a, err := netip.ParseAddr(ep.Address)

@@ -126,7 +126,7 @@ func checkNames(m *model) {
 		}
 		for i, t := range n.spec.Taints {
 			if !isQualifiedName(t.Key) && first(CodeLabelInvalid+n.path+t.Key) {
-				m.report(CodeLabelInvalid, n.fieldPath(fmt.Sprintf("taints[%d]", i)), fmt.Sprintf("taint key %s is not a valid Kubernetes taint key", diag.Quote(t.Key)),
+				m.report(CodeLabelInvalid, n.fieldPath(fmt.Sprintf("taints[%d].key", i)), fmt.Sprintf("taint key %s is not a valid Kubernetes taint key", diag.Quote(t.Key)),
 					`use an optional DNS prefix and a name of letters, digits, '-', '_' and '.', such as "dedicated"`)
 			}
 		}

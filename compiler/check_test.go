@@ -131,7 +131,7 @@ func checkCases() []checkCase {
 		{code: CodeLabelInvalid, // reported at the taint
 			pass: haNet + `workers: nodes: w1: {address: "10.0.1.1", taints: [{key: "dedicated", effect: "NoSchedule"}]}`,
 			fail: haNet + `workers: nodes: w1: {address: "10.0.1.1", taints: [{key: "dedicated!", effect: "NoSchedule"}]}`,
-			path: "workers.nodes.w1.taints[0]", pos: "14:52"},
+			path: "workers.nodes.w1.taints[0].key", pos: "14:58"},
 
 		// addresses
 		{code: CodeAddressParse,

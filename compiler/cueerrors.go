@@ -392,6 +392,8 @@ func hintFor(msg, path string, l *loaded) string {
 		return "the value does not match the schema: see the schema position for what is allowed"
 	case strings.Contains(msg, `=~"^[0-9]+\\.[0-9]+\\.[0-9]+$"`):
 		return `write MAJOR.MINOR.PATCH without a leading "v", such as "1.37.2": kcompile adds the prefix each release uses`
+	case strings.Contains(msg, `invalid value "" (out of bound !="")`):
+		return "the value may not be empty: write it, or leave the field out"
 	case strings.Contains(msg, "invalid value"), strings.Contains(msg, "out of bound"):
 		return "the value is outside what the schema allows: see the constraint at the schema position"
 	case strings.Contains(msg, "structural cycle"):

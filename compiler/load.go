@@ -997,3 +997,11 @@ func confinePolicy(dir string) (*confinedFS, string, *diag.Diagnostic) {
 	fsys.cwd = filepath.ToSlash(rel)
 	return fsys, dir, nil
 }
+
+// Definition compiles the embedded schema of the newest version and
+// returns its definition def (#Cluster, #Scenario), for tests that derive
+// what they cover from the schema itself.
+func Definition(ctx *cue.Context, def string) (cue.Value, error) {
+	vs := schema.Versions()
+	return buildSchema(ctx, vs[len(vs)-1], def)
+}
