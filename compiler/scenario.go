@@ -74,7 +74,7 @@ func LoadScenario(file string, c *ir.Cluster) (*ir.Scenario, diag.List) {
 	src, err := readScenario(file)
 	if err != nil {
 		return nil, diag.List{{Code: CodeScenarioLoad, Severity: diag.Error, Message: err.Error(),
-			Positions: []diag.Pos{{File: file}}, Hint: "pass a readable CUE file of steps (see targets/sim/testdata/)"}}
+			Positions: []diag.Pos{{File: file}}, Hint: "pass a readable CUE file of steps (see runtimes/sim/testdata/)"}}
 	}
 	ctx := cuecontext.New()
 	f, err := parser.ParseFile(file, src, parser.ParseComments)

@@ -62,7 +62,7 @@ func scenarioCases() []scenarioCase {
 			fail: "name: \"x\nsteps: []\n",
 			pos:  "1:7"},
 		// The schema's own codes, as for a spec: an unknown field at its
-		// label (this was targets/sim's TestParseScenarioErrors), a value
+		// label (this was runtimes/sim's TestParseScenarioErrors), a value
 		// not allowed, a duration the schema does not accept, a missing
 		// value.
 		{code: CodeSchema,

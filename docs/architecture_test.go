@@ -173,7 +173,7 @@ func expand(p string) []string {
 // listImports is every package of both modules with the project packages
 // it imports (tests aside), by `go list`.
 func listImports() (map[string][]string, error) {
-	cmd := exec.Command("go", "list", "-f", `{{if .GoFiles}}{{.ImportPath}}{{range .Imports}} {{.}}{{end}}{{end}}`, module+"...", module+"targets/sim/...")
+	cmd := exec.Command("go", "list", "-f", `{{if .GoFiles}}{{.ImportPath}}{{range .Imports}} {{.}}{{end}}{{end}}`, module+"...", module+"runtimes/sim/...")
 	cmd.Dir = ".."
 	out, err := cmd.Output()
 	if err != nil {

@@ -32,7 +32,7 @@ func TestKcompileLinksNoKubernetes(t *testing.T) {
 		t.Fatalf("go list -deps: %v\n%s", err, out)
 	}
 	for _, p := range strings.Fields(string(out)) {
-		if strings.HasPrefix(p, "k8s.io/kubernetes") || strings.HasPrefix(p, "github.com/kcompile/kcompile/targets/sim") {
+		if strings.HasPrefix(p, "k8s.io/kubernetes") || strings.HasPrefix(p, "github.com/kcompile/kcompile/runtimes/sim") {
 			t.Errorf("kcompile links %s", p)
 		}
 	}

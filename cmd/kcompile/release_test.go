@@ -168,7 +168,7 @@ func TestRelease(t *testing.T) {
 		out, err := exec.Command(spdxcheck, filepath.Join(dir, sbom),
 			"kcompile@"+releaseTestVersion,
 			"github.com/kcompile/kcompile",
-			"github.com/kcompile/kcompile/targets/sim",
+			"github.com/kcompile/kcompile/runtimes/sim",
 			"cuelang.org/go@"+mods["cuelang.org/go"],
 			"k8s.io/kubernetes@v"+wantKubernetes,
 			"stdlib@"+runtime.Version(),

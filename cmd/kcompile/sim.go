@@ -20,7 +20,7 @@ type simCmd struct {
 const simBinary = "kcompile-sim"
 
 // installSim says how to get kcompile-sim, from a checkout of kcompile.
-const installSim = "go build -C targets/sim -o \"$(go env GOPATH)/bin/kcompile-sim\" ./cmd/kcompile-sim"
+const installSim = "go build -C runtimes/sim -o \"$(go env GOPATH)/bin/kcompile-sim\" ./cmd/kcompile-sim"
 
 func (c *simCmd) Run(e *env) error {
 	bin, err := findSim()

@@ -12,7 +12,7 @@ import (
 
 	"github.com/kcompile/kcompile/compiler/ir"
 	"github.com/kcompile/kcompile/pipeline"
-	"github.com/kcompile/kcompile/targets/nspawn"
+	"github.com/kcompile/kcompile/runtimes/nspawn"
 )
 
 // upCmd boots the compiled cluster, one systemd-nspawn machine per node.

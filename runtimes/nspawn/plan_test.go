@@ -227,7 +227,7 @@ func compileDir(t *testing.T, dir string, extra map[string]string) *ir.Cluster {
 
 func TestMirrorAddress(t *testing.T) {
 	regs := fakeRegistry{"ghcr.io", "registry.k8s.io", "registry.kcompile.test"}
-	three := fixture.Path("targets/nspawn/testdata/three-nodes")
+	three := fixture.Path("runtimes/nspawn/testdata/three-nodes")
 	for _, tc := range []struct {
 		name    string
 		cluster *ir.Cluster

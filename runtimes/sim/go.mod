@@ -1,4 +1,4 @@
-module github.com/kcompile/kcompile/targets/sim
+module github.com/kcompile/kcompile/runtimes/sim
 
 go 1.26.0
 

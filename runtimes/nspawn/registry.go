@@ -10,7 +10,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 
 	"github.com/kcompile/kcompile/targets"
-	"github.com/kcompile/kcompile/targets/nspawn/images"
+	"github.com/kcompile/kcompile/runtimes/nspawn/images"
 )
 
 // ImageRegistry serves the images a cluster pulls, built from programs

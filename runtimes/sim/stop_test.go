@@ -71,7 +71,7 @@ func TestSimStopLeavesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, g := range strings.Split(dump.String(), "\n\n") {
-		ours := strings.Contains(g, "kcompile/targets/sim.") && !strings.Contains(g, "TestSimStopLeavesNothing")
+		ours := strings.Contains(g, "kcompile/runtimes/sim.") && !strings.Contains(g, "TestSimStopLeavesNothing")
 		conn := strings.Contains(g, "net/http.(*persistConn)") || strings.Contains(g, "net/http.(*conn).serve") ||
 			strings.Contains(g, "http2ClientConn") || strings.Contains(g, "http2.(*ClientConn)") || strings.Contains(g, "http2serverConn")
 		if ours || conn {

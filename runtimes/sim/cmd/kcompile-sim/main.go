@@ -27,7 +27,7 @@ import (
 	"github.com/kcompile/kcompile/compiler/ir"
 	"github.com/kcompile/kcompile/compiler/pki"
 	"github.com/kcompile/kcompile/pipeline"
-	"github.com/kcompile/kcompile/targets/sim"
+	"github.com/kcompile/kcompile/runtimes/sim"
 )
 
 func main() {

@@ -387,7 +387,7 @@ func assertTreeUnchanged(t *testing.T, dir string, tree *targets.Tree) {
 }
 
 func TestUpThreeNodes(t *testing.T) {
-	c, out := boot(t, fixture.Path("targets/nspawn/testdata/three-nodes"), TargetSystemd)
+	c, out := boot(t, fixture.Path("runtimes/nspawn/testdata/three-nodes"), TargetSystemd)
 	if n := len(c.Adjustments()); n == 0 {
 		t.Error("no adjustment printed")
 	}
@@ -659,7 +659,7 @@ func vipHolder(t *testing.T, c *Cluster, vip string) string {
 // endpoint within 10 s, from another holder, while the worker stays
 // Ready.
 func TestUpVIPFailover(t *testing.T) {
-	c, out := boot(t, fixture.Path("targets/nspawn/testdata/vip"), TargetSystemd)
+	c, out := boot(t, fixture.Path("runtimes/nspawn/testdata/vip"), TargetSystemd)
 	for _, a := range c.Adjustments() {
 		if a.Name == "endpoint" {
 			t.Errorf("up served the endpoint itself: %s", a)
