@@ -246,20 +246,20 @@ func (sc *scenarioCheck) lower(file string, sf scenarioFile) *ir.Scenario {
 	return out
 }
 
-func (sc *scenarioCheck) target(path, what string, t *targetFile) *ir.Target {
-	var out []ir.Target
+func (sc *scenarioCheck) target(path, what string, t *targetFile) *ir.Subject {
+	var out []ir.Subject
 	for _, x := range []struct {
-		kind ir.TargetKind
+		kind ir.SubjectKind
 		name *string
-	}{{ir.TargetNode, t.Node}, {ir.TargetEtcd, t.Etcd}, {ir.TargetControlPlane, t.ControlPlane}} {
+	}{{ir.SubjectNode, t.Node}, {ir.SubjectEtcd, t.Etcd}, {ir.SubjectControlPlane, t.ControlPlane}} {
 		if x.name != nil {
-			out = append(out, ir.Target{Kind: x.kind, Name: *x.name})
+			out = append(out, ir.Subject{Kind: x.kind, Name: *x.name})
 		}
 	}
 	if len(out) != 1 {
 		sc.report(CodeScenarioShape, path, fmt.Sprintf("%s %s", what, targetCount(len(out))),
 			"name exactly one of node, etcd and controlPlane; for several, write a step each")
-		return &ir.Target{}
+		return &ir.Subject{}
 	}
 	tg := out[0]
 	at := path + "." + string(tg.Kind)
@@ -267,12 +267,12 @@ func (sc *scenarioCheck) target(path, what string, t *targetFile) *ir.Target {
 		return &tg
 	}
 	switch tg.Kind {
-	case ir.TargetNode:
+	case ir.SubjectNode:
 		if _, ok := sc.node(tg.Name); !ok {
 			sc.report(CodeScenarioNode, at, fmt.Sprintf("%s node %s, which the cluster does not have", what, diag.Quote(tg.Name)),
 				nameHint("nodes", tg.Name, sc.nodeNames(func(ir.Node) bool { return true })))
 		}
-	case ir.TargetEtcd:
+	case ir.SubjectEtcd:
 		var members []string
 		for _, m := range sc.c.Etcd.Members {
 			members = append(members, m.Name)
@@ -281,7 +281,7 @@ func (sc *scenarioCheck) target(path, what string, t *targetFile) *ir.Target {
 			sc.report(CodeScenarioEtcd, at, fmt.Sprintf("%s etcd member %s, which the cluster does not have", what, diag.Quote(tg.Name)),
 				nameHint("etcd members", tg.Name, members))
 		}
-	case ir.TargetControlPlane:
+	case ir.SubjectControlPlane:
 		cp := sc.nodeNames(func(n ir.Node) bool { return n.Runs(ir.ComponentAPIServer) })
 		if !slices.Contains(cp, tg.Name) {
 			msg := fmt.Sprintf("%s the control plane of %s, which the cluster does not have", what, diag.Quote(tg.Name))

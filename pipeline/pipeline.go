@@ -44,6 +44,10 @@ const (
 // Targets lists every target, for the command line.
 func Targets() []Target { return []Target{Systemd, CloudInit, Ignition, Terraform, PKI} }
 
+// Reviewed are the targets `kcompile diff` compares: the trees nodes are
+// configured from (the Terraform module and the PKI tree carry them).
+func Reviewed() []Target { return []Target{Systemd, CloudInit, Ignition} }
+
 // needs is what a target is built from.
 func (t Target) needs() []Target {
 	switch t {

@@ -12,7 +12,7 @@ import (
 
 type buildCmd struct {
 	specAndSecrets
-	Target  string `short:"t" enum:"systemd,cloudinit,ignition,terraform,pki" default:"systemd" help:"What to build: systemd (per-node root trees and cluster addons), cloudinit (per-node user-data, meta-data and network-config carrying those trees, for Debian-like nodes), ignition (a per-node Ignition config carrying the tree, for Flatcar and Fedora CoreOS nodes), terraform (an OpenTofu/Terraform root module that serves every node's cloud-init or Ignition through Matchbox) or pki (certificates, keys and kubeconfigs per node)."`
+	Target  string `short:"t" enum:"${build_targets}" default:"systemd" help:"What to build: systemd (per-node root trees and cluster addons), cloudinit (per-node user-data, meta-data and network-config carrying those trees, for Debian-like nodes), ignition (a per-node Ignition config carrying the tree, for Flatcar and Fedora CoreOS nodes), terraform (an OpenTofu/Terraform root module that serves every node's cloud-init or Ignition through Matchbox) or pki (certificates, keys and kubeconfigs per node)."`
 	OutDir  string `short:"d" name:"out-dir" default:"out" placeholder:"DIR" help:"Output directory; the target is written to DIR/<target> atomically, replacing only a tree kcompile wrote there that is unchanged since."`
 	Output  string `short:"o" default:"text" placeholder:"FORMAT" help:"Format of the summary on stdout: text or json. (-o DIR, the spelling of earlier releases for --out-dir, still works this release, with a notice.)"`
 	Replace bool   `help:"Write even when DIR/<target> holds something kcompile did not write or that changed since; it is moved aside to DIR/<target>.replaced-N, never deleted."`

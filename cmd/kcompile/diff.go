@@ -28,7 +28,7 @@ type diffCmd struct {
 	Git     string   `placeholder:"REV1..REV2" help:"Compare the spec at two git revisions instead of two directories."`
 	Golden  bool     `help:"Compare a built tree (OUT) with a golden directory (GOLDEN), as the golden tests do; file modes are not compared (git keeps none)."`
 	Secrets string   `short:"s" placeholder:"FILE" help:"Secrets bundle both sides are compiled with. Without it both are compiled with one throwaway bundle: the cluster's structure and certificates' identities are compared, key material is not (the output says so)."`
-	Target  string   `short:"t" enum:"systemd,cloudinit,ignition,all" default:"systemd" help:"Which target to compare: systemd, cloudinit, ignition or all (the three)."`
+	Target  string   `short:"t" enum:"${diff_targets}" default:"systemd" help:"Which target to compare: systemd, cloudinit, ignition or all (the three)."`
 	Output  string   `short:"o" enum:"text,markdown,json" default:"text" help:"Output format: text, markdown (a pull-request comment) or json."`
 	Policy  []string `placeholder:"PDIR" help:"Hold both sides to the organisation policies of PDIR (repeatable) and report the violations the change introduces and fixes."`
 	Profile string   `enum:",cis" default:"" help:"With --policy: the benchmark both sides are checked with, as check --profile (policies read it as facts.profile)."`
@@ -233,7 +233,7 @@ func underName(l diag.List, dir, name string) diag.List {
 func (c *diffCmd) side(e *env, b *pki.Bundle, dir, label string, at func(diag.List) diag.List) (diffSide, error) {
 	names := []pipeline.Target{pipeline.Target(c.Target)}
 	if c.Target == "all" {
-		names = []pipeline.Target{pipeline.Systemd, pipeline.CloudInit, pipeline.Ignition}
+		names = pipeline.Reviewed()
 	}
 	out, err := pipeline.Run(pipeline.Input{Source: compiler.Source{Dir: dir, Bound: e.bound}, Bundle: b, Now: e.now, Issue: true, Targets: names, Stage: e.progress.stage})
 	if err != nil {

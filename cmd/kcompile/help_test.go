@@ -13,7 +13,7 @@ import (
 // a path (the old spellings are hidden), -d a directory, -s the bundle.
 func TestEveryHelp(t *testing.T) {
 	var c cli
-	app, err := kong.New(&c, kong.Name("kcompile"))
+	app, err := kong.New(&c, kong.Name("kcompile"), targetNames())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,9 +10,13 @@ import (
 	"io"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/alecthomas/kong"
+
+	"github.com/kcompile/kcompile/pipeline"
+	"github.com/kcompile/kcompile/runtimes/nspawn"
 )
 
 func main() {
@@ -70,6 +74,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) (code int) {
 	var c cli
 	parser, err := kong.New(&c,
 		kong.Name("kcompile"),
+		targetNames(),
 		kong.Description("kcompile compiles a CUE specification of a Kubernetes cluster into what is needed to run it."),
 		kong.Writers(stdout, stderr),
 		kong.UsageOnError(),
@@ -158,3 +163,21 @@ type statusError struct {
 }
 
 func (s statusError) Error() string { return s.msg }
+
+// targetNames gives the commands' target flags their choices from the
+// one list each comes from: every target the pipeline builds, the ones
+// review compares (and "all" of them), the ones up boots from.
+func targetNames() kong.Vars {
+	join := func(ts []pipeline.Target, more ...string) string {
+		var out []string
+		for _, t := range ts {
+			out = append(out, string(t))
+		}
+		return strings.Join(append(out, more...), ",")
+	}
+	return kong.Vars{
+		"build_targets": join(pipeline.Targets()),
+		"diff_targets":  join(pipeline.Reviewed(), "all"),
+		"up_targets":    join(nspawn.Targets()),
+	}
+}

@@ -18,7 +18,7 @@ import (
 // upCmd boots the compiled cluster, one systemd-nspawn machine per node.
 type upCmd struct {
 	specAndSecrets
-	Target   string        `enum:"systemd,cloudinit" default:"systemd" help:"What each machine boots: systemd (the node's systemd tree laid over the image) or cloudinit (the stock image with the node's NoCloud seed, as a network-booted machine)."`
+	Target   string        `enum:"${up_targets}" default:"systemd" help:"What each machine boots: systemd (the node's systemd tree laid over the image) or cloudinit (the stock image with the node's NoCloud seed, as a network-booted machine)."`
 	Work     string        `help:"Work directory: the trees, the machines' disks and consoles, the journal kcompile down reads. Default /var/lib/kcompile/up/<cluster name>." placeholder:"DIR"`
 	Binaries string        `help:"Directory holding the binaries the install unit checks, by name (kubelet, etcd, containerd, runc, bridge...); up puts each where the install unit expects it. scripts/tools builds one in .bin/node." placeholder:"DIR"`
 	Images   string        `help:"Directory of the programs the cluster's images are packed from; scripts/tools builds one in .bin/images." placeholder:"DIR"`
@@ -38,7 +38,7 @@ func defaultWork(c *ir.Cluster) string { return filepath.Join("/var/lib/kcompile
 
 func (c *upCmd) Run(e *env) error {
 	targets := []pipeline.Target{pipeline.Systemd}
-	if c.Target == string(nspawn.TargetCloudInit) {
+	if pipeline.Target(c.Target) == pipeline.CloudInit {
 		targets = append(targets, pipeline.CloudInit)
 	}
 	out, err := c.run(e, targets...)
@@ -71,7 +71,7 @@ func (c *upCmd) Run(e *env) error {
 		Cluster:   out.Cluster,
 		Systemd:   out.Trees[pipeline.Systemd],
 		CloudInit: out.Trees[pipeline.CloudInit],
-		Target:    nspawn.Target(c.Target),
+		Target:    pipeline.Target(c.Target),
 		Work:      work,
 		Image:     c.Image,
 		Cache:     c.Cache,

@@ -20,8 +20,8 @@ type Step struct {
 	Pos    Pos
 	Apply  *Apply
 	Wait   *Wait
-	Stop   *Target
-	Start  *Target
+	Stop   *Subject
+	Start  *Subject
 	Expect *Expect
 }
 
@@ -32,24 +32,24 @@ type Apply struct {
 	Manifests string
 }
 
-// TargetKind is what a stop or start acts on.
-type TargetKind string
+// SubjectKind is what a stop or start acts on.
+type SubjectKind string
 
 const (
-	// TargetNode is a whole node: its kubelet, control-plane components
+	// SubjectNode is a whole node: its kubelet, control-plane components
 	// and etcd member.
-	TargetNode TargetKind = "node"
-	// TargetEtcd is an etcd member.
-	TargetEtcd TargetKind = "etcd"
-	// TargetControlPlane is a node's kube-apiserver,
+	SubjectNode SubjectKind = "node"
+	// SubjectEtcd is an etcd member.
+	SubjectEtcd SubjectKind = "etcd"
+	// SubjectControlPlane is a node's kube-apiserver,
 	// kube-controller-manager and kube-scheduler.
-	TargetControlPlane TargetKind = "controlPlane"
+	SubjectControlPlane SubjectKind = "controlPlane"
 )
 
-// Target names what a stop or start acts on.
-type Target struct {
-	Kind TargetKind
-	// Name is a node's name (TargetNode, TargetControlPlane) or an etcd
+// Subject names what a stop or start acts on.
+type Subject struct {
+	Kind SubjectKind
+	// Name is a node's name (SubjectNode, SubjectControlPlane) or an etcd
 	// member's.
 	Name string
 }

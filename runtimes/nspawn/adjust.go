@@ -13,6 +13,7 @@ import (
 	toml "github.com/pelletier/go-toml/v2"
 
 	"github.com/kcompile/kcompile/compiler/ir"
+	"github.com/kcompile/kcompile/pipeline"
 	"github.com/kcompile/kcompile/targets"
 	"github.com/kcompile/kcompile/targets/unitfile"
 )
@@ -103,7 +104,7 @@ func (a *adjustments) add(name, what, why string) {
 
 // decide works out the adjustments for a cluster on this host. tree is
 // the systemd tree, which some adjustments extend with drop-ins.
-func decide(c *ir.Cluster, p *plan, h hostFacts, tree *targets.Tree, target Target, mirror string) (*adjustments, error) {
+func decide(c *ir.Cluster, p *plan, h hostFacts, tree *targets.Tree, target pipeline.Target, mirror string) (*adjustments, error) {
 	a := &adjustments{sysctls: map[string]string{}, files: map[string][]byte{}}
 	var init strings.Builder
 	init.WriteString("#!/bin/sh\n# kcompile up: the machine's PID 1 until it execs systemd. Each step is\n# an adjustment kcompile up printed when it started.\nset -eu\n")
@@ -171,7 +172,7 @@ func decide(c *ir.Cluster, p *plan, h hostFacts, tree *targets.Tree, target Targ
 	a.files["etc/resolv.conf"] = resolvConf(c, p)
 	a.add("resolv-conf", "/etc/resolv.conf written in each machine ("+strings.TrimSpace(strings.ReplaceAll(string(a.files["etc/resolv.conf"]), "\n", "; "))+")",
 		"a host's resolver configuration is the installed system's business, not the tree's; the spec's network.nameservers, or else the gateway")
-	if target != TargetCloudInit {
+	if target != pipeline.CloudInit {
 		a.files["etc/cloud/cloud-init.disabled"] = []byte("# kcompile up: the systemd target carries no cloud-init seed.\n")
 		a.add("cloud-init-disabled", "cloud-init disabled (etc/cloud/cloud-init.disabled)",
 			"the image carries cloud-init for the cloud-init target; with a systemd tree it has nothing to do and would configure the network by DHCP")

@@ -50,14 +50,14 @@ func bootInputs(t testing.TB) (binaries, programs string) {
 // compileFor compiles a spec directory with a bundle made now (the
 // committed test bundle's leaves would expire under a real clock) and
 // builds the trees a target needs.
-func compileFor(t testing.TB, dir string, target Target) *pipeline.Output {
+func compileFor(t testing.TB, dir string, target pipeline.Target) *pipeline.Output {
 	t.Helper()
 	b, err := pki.New(rand.Reader, time.Now(), pki.NewOptions{Algorithm: pki.ECDSAP256, CAValidity: 10 * 365 * 24 * time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ts := []pipeline.Target{pipeline.Systemd}
-	if target == TargetCloudInit {
+	if target == pipeline.CloudInit {
 		ts = append(ts, pipeline.CloudInit)
 	}
 	out, err := pipeline.Run(pipeline.Input{Source: compiler.Source{Dir: dir}, Bundle: b, Now: time.Now(), Issue: true, Targets: ts})
@@ -72,7 +72,7 @@ func compileFor(t testing.TB, dir string, target Target) *pipeline.Output {
 
 // boot brings a cluster up in a fresh work directory; the cluster is
 // taken down when the test ends, even when it fails.
-func boot(t testing.TB, dir string, target Target) (*Cluster, *pipeline.Output) {
+func boot(t testing.TB, dir string, target pipeline.Target) (*Cluster, *pipeline.Output) {
 	t.Helper()
 	binaries, programs := bootInputs(t)
 	out := compileFor(t, dir, target)
@@ -345,7 +345,7 @@ func pemBody(der []byte) []byte {
 }
 
 func TestUpSingleNode(t *testing.T) {
-	c, out := boot(t, fixture.Path("examples/single-node"), TargetSystemd)
+	c, out := boot(t, fixture.Path("examples/single-node"), pipeline.Systemd)
 	checkNodesOwnCertificates(t, c, out.Trees[pipeline.Systemd])
 	k := admin(t, c)
 	runWorkload(t, k, []string{"box"})
@@ -387,7 +387,7 @@ func assertTreeUnchanged(t *testing.T, dir string, tree *targets.Tree) {
 }
 
 func TestUpThreeNodes(t *testing.T) {
-	c, out := boot(t, fixture.Path("runtimes/nspawn/testdata/three-nodes"), TargetSystemd)
+	c, out := boot(t, fixture.Path("runtimes/nspawn/testdata/three-nodes"), pipeline.Systemd)
 	if n := len(c.Adjustments()); n == 0 {
 		t.Error("no adjustment printed")
 	}
@@ -516,7 +516,7 @@ func kubeletStarts(t *testing.T, k *kube, node string) int {
 }
 
 func TestUpCloudInit(t *testing.T) {
-	c, _ := boot(t, fixture.Path("examples/single-node"), TargetCloudInit)
+	c, _ := boot(t, fixture.Path("examples/single-node"), pipeline.CloudInit)
 	ctx := context.Background()
 	checkCloudInit := func(when string) {
 		t.Helper()
@@ -612,7 +612,7 @@ func TestUpCloudInit(t *testing.T) {
 func BenchmarkUpSingleNode(b *testing.B) {
 	for b.Loop() {
 		start := time.Now()
-		c, _ := boot(b, fixture.Path("examples/single-node"), TargetSystemd)
+		c, _ := boot(b, fixture.Path("examples/single-node"), pipeline.Systemd)
 		k := admin(b, c)
 		runWorkload(b, k, []string{"box"})
 		ip := serviceIP(b, k)
@@ -659,7 +659,7 @@ func vipHolder(t *testing.T, c *Cluster, vip string) string {
 // endpoint within 10 s, from another holder, while the worker stays
 // Ready.
 func TestUpVIPFailover(t *testing.T) {
-	c, out := boot(t, fixture.Path("runtimes/nspawn/testdata/vip"), TargetSystemd)
+	c, out := boot(t, fixture.Path("runtimes/nspawn/testdata/vip"), pipeline.Systemd)
 	for _, a := range c.Adjustments() {
 		if a.Name == "endpoint" {
 			t.Errorf("up served the endpoint itself: %s", a)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/kcompile/kcompile/compiler/ir"
+	"github.com/kcompile/kcompile/pipeline"
 )
 
 // rebootStatus is systemd-nspawn's exit status when the machine asked to
@@ -186,7 +187,7 @@ func (c *Cluster) nspawnArgs(m *machine) []string {
 
 // boot starts the machine once: network, then nspawn.
 func (c *Cluster) boot(m *machine) error {
-	if err := c.network(m, c.cfg.Target != TargetCloudInit); err != nil {
+	if err := c.network(m, c.cfg.Target != pipeline.CloudInit); err != nil {
 		return err
 	}
 	args := c.nspawnArgs(m)

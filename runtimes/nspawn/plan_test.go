@@ -15,6 +15,7 @@ import (
 	"github.com/kcompile/kcompile/compiler"
 	"github.com/kcompile/kcompile/compiler/ir"
 	"github.com/kcompile/kcompile/fixture"
+	"github.com/kcompile/kcompile/pipeline"
 	"github.com/kcompile/kcompile/targets"
 	"github.com/kcompile/kcompile/targets/systemd"
 	"github.com/kcompile/kcompile/targets/unitfile"
@@ -312,7 +313,7 @@ func TestReadmeListsEveryAdjustment(t *testing.T) {
 		t.Fatal(err)
 	}
 	applied := map[string]bool{}
-	for _, target := range []Target{TargetSystemd, TargetCloudInit} {
+	for _, target := range []pipeline.Target{pipeline.Systemd, pipeline.CloudInit} {
 		a, err := decide(c, p, hostFacts{cgroupV1: true, noSysResource: true}, tree, target, "registry.k8s.io → http://10.0.0.1:5000")
 		if err != nil {
 			t.Fatal(err)

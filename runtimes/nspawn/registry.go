@@ -9,8 +9,8 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/name"
 
-	"github.com/kcompile/kcompile/targets"
 	"github.com/kcompile/kcompile/runtimes/nspawn/images"
+	"github.com/kcompile/kcompile/targets"
 )
 
 // ImageRegistry serves the images a cluster pulls, built from programs

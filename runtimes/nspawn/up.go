@@ -28,27 +28,22 @@ import (
 	"time"
 
 	"github.com/kcompile/kcompile/compiler/ir"
+	"github.com/kcompile/kcompile/pipeline"
 	"github.com/kcompile/kcompile/targets"
 )
 
-// Target is what a machine boots from.
-type Target string
-
-const (
-	// TargetSystemd lays the node's systemd tree over the image.
-	TargetSystemd Target = "systemd"
-	// TargetCloudInit boots the stock image with the node's NoCloud
-	// seed, as a network-booted machine would.
-	TargetCloudInit Target = "cloudinit"
-)
+// Targets are what a machine can boot from: pipeline.Systemd lays the
+// node's systemd tree over the image; pipeline.CloudInit boots the stock
+// image with the node's NoCloud seed, as a network-booted machine would.
+func Targets() []pipeline.Target { return []pipeline.Target{pipeline.Systemd, pipeline.CloudInit} }
 
 // Config is one `kcompile up`.
 type Config struct {
 	Cluster *ir.Cluster
 	// Systemd is the systemd tree; CloudInit the cloud-init tree, for
-	// TargetCloudInit.
+	// pipeline.CloudInit.
 	Systemd, CloudInit *targets.Tree
-	Target             Target
+	Target             pipeline.Target
 	// Work is the work directory (absolute): the trees, the machines'
 	// layers and logs, the journal.
 	Work string
@@ -173,7 +168,7 @@ func Up(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	if linkExists(p.bridge) {
 		return nil, fmt.Errorf("the host already has a device %s: another kcompile up with work directory %s runs; kcompile down --work %s stops it", p.bridge, cfg.Work, cfg.Work)
 	}
-	if cfg.Target == TargetCloudInit && cfg.CloudInit == nil {
+	if cfg.Target == pipeline.CloudInit && cfg.CloudInit == nil {
 		return nil, errors.New("kcompile bug: the cloud-init target without its tree")
 	}
 	h, err := readHostFacts()
@@ -488,7 +483,7 @@ func (c *Cluster) layout(m *machine) error {
 		}
 	}
 	m.lowers = nil
-	if c.cfg.Target == TargetSystemd {
+	if c.cfg.Target == pipeline.Systemd {
 		m.lowers = append(m.lowers, filepath.Join(c.cfg.Work, "tree", "nodes", m.name))
 	}
 	if c.binaries != "" {
@@ -500,7 +495,7 @@ func (c *Cluster) layout(m *machine) error {
 		return err
 	}
 	files[strings.TrimPrefix(initPath, "/")] = []byte(c.adjust.init)
-	if c.cfg.Target == TargetCloudInit {
+	if c.cfg.Target == pipeline.CloudInit {
 		for _, f := range []string{"user-data", "meta-data", "network-config"} {
 			t, ok := c.cfg.CloudInit.Get(targets.NodePath(m.name, f))
 			if !ok {

@@ -128,11 +128,11 @@ func (s *Sim) podsHold(ctx context.Context, cs kubernetes.Interface, p *ir.Pods)
 	return nil
 }
 
-func (s *Sim) stopStart(ctx context.Context, verb string, t *ir.Target) Result {
+func (s *Sim) stopStart(ctx context.Context, verb string, t *ir.Subject) Result {
 	var err error
 	var what string
 	switch t.Kind {
-	case ir.TargetNode:
+	case ir.SubjectNode:
 		what = verb + " node " + t.Name
 		if verb == "stop" {
 			if h := s.lb.Holder(); h != "" && h == t.Name {
@@ -142,14 +142,14 @@ func (s *Sim) stopStart(ctx context.Context, verb string, t *ir.Target) Result {
 		} else {
 			err = s.StartNode(ctx, t.Name)
 		}
-	case ir.TargetEtcd:
+	case ir.SubjectEtcd:
 		what = verb + " etcd member " + t.Name
 		if verb == "stop" {
 			err = s.StopEtcd(t.Name)
 		} else {
 			err = s.StartEtcd(t.Name)
 		}
-	case ir.TargetControlPlane:
+	case ir.SubjectControlPlane:
 		what = verb + " the control plane of " + t.Name
 		if verb == "stop" {
 			for _, comp := range []ir.Component{ir.ComponentScheduler, ir.ComponentControllerManager, ir.ComponentAPIServer} {
