@@ -34,7 +34,7 @@ func checkInstall(m *model) {
 		path := "install.artifacts." + quoteLabel(name)
 		if (a.Path == "") == (len(a.Extract) == 0) {
 			m.report(CodeArtifactShape, path, fmt.Sprintf("artifact %s must set exactly one of path (a binary) and extract (members of a .tar.gz)", name),
-				`write path: "/usr/local/bin/<name>" for a binary, or extract: {"<member>": "<path>"} for an archive`)
+				`write path: "`+ir.OSDebian.BinDir()+`/<name>" for a binary, or extract: {"<member>": "<path>"} for an archive`)
 			continue
 		}
 		dests := map[string]string{a.Path: path + ".path"}
@@ -78,9 +78,9 @@ func checkInstall(m *model) {
 			missing = append(missing, fmt.Sprintf("%s (%s)", p, summarizeNames(needed[p])))
 		}
 	}
-	binaries := "binaries go to /usr/local/bin"
+	binaries := "binaries go to " + ir.OSDebian.BinDir()
 	if flatcar {
-		binaries = "binaries go to /usr/local/bin, on Flatcar (whose /usr is read-only) to " + ir.OSFlatcar.BinDir()
+		binaries = "binaries go to " + ir.OSDebian.BinDir() + ", on Flatcar (whose /usr is read-only) to " + ir.OSFlatcar.BinDir()
 	}
 	if len(missing) > 0 {
 		m.report(CodeBinaryMissing, "install.source", fmt.Sprintf("no artifact installs %s", strings.Join(missing, ", ")),

@@ -205,10 +205,10 @@ func stringFields() []stringField {
 		{pattern: "addons.coredns.version", checkedBy: "schema", sample: `addons: coredns: version: %s`},
 		{pattern: "install.source", checkedBy: "schema", sample: `install: source: %s`},
 		{pattern: "install.artifacts.*:key", unused: "an artifact's name only labels it in the spec and in diagnostics"},
-		{pattern: "install.artifacts.*.url", checkedBy: CodeURL, sample: `install: artifacts: a: {url: %s, sha256: "` + zeroSHA + `", path: "/usr/local/bin/kubelet"}`},
-		{pattern: "install.artifacts.*.sha256", checkedBy: "schema", sample: `install: artifacts: a: {url: "https://example.com/a", sha256: %s, path: "/usr/local/bin/kubelet"}`},
+		{pattern: "install.artifacts.*.url", checkedBy: CodeURL, sample: `install: artifacts: a: {url: %s, sha256: "` + zeroSHA + `", path: "` + kubeletPath() + `"}`},
+		{pattern: "install.artifacts.*.sha256", checkedBy: "schema", sample: `install: artifacts: a: {url: "https://example.com/a", sha256: %s, path: "` + kubeletPath() + `"}`},
 		{pattern: "install.artifacts.*.path", checkedBy: CodeFilePath, sample: art + `path: %s}}`},
-		{pattern: "install.artifacts.*.extract.*:key", checkedBy: CodeArchiveMember, sample: art + `extract: %s: "/usr/local/bin/kubelet"}}`},
+		{pattern: "install.artifacts.*.extract.*:key", checkedBy: CodeArchiveMember, sample: art + `extract: %s: "` + kubeletPath() + `"}}`},
 		{pattern: "install.artifacts.*.extract.*", checkedBy: CodeFilePath, sample: art + `extract: "kubelet": %s}}`},
 		{pattern: "access.users.*:key", checkedBy: CodeUserName, sample: `access: users: %s: {}`},
 		{pattern: "access.users.*.sshAuthorizedKeys[]", checkedBy: CodeSSHKey, sample: `access: users: alice: sshAuthorizedKeys: [%s]`},
@@ -347,6 +347,9 @@ func checkMACs(m *model) {
 		}
 	}
 }
+
+// kubeletPath is where examples put the kubelet.
+func kubeletPath() string { return ir.OSDebian.BinDir() + "/kubelet" }
 
 // checkImages holds image overrides to what the runtime pulls: a fully
 // qualified name pinned by tag or digest, for a component the plugin has.
@@ -541,7 +544,7 @@ func checkInstallValues(m *model) {
 		if a.Path != "" {
 			if problem := pathProblem(a.Path); problem != "" {
 				m.report(CodeFilePath, path+".path", fmt.Sprintf("artifact path %s: %s", diag.Quote(a.Path), problem),
-					"write where the binary is installed, such as \"/usr/local/bin/kubelet\"")
+					"write where the binary is installed, such as "+strconv.Quote(kubeletPath()))
 			}
 		}
 		for _, member := range sortedKeys(a.Extract) {
@@ -552,7 +555,7 @@ func checkInstallValues(m *model) {
 			}
 			if problem := pathProblem(a.Extract[member]); problem != "" {
 				m.report(CodeFilePath, mpath, fmt.Sprintf("install path %s: %s", diag.Quote(a.Extract[member]), problem),
-					"write where the member is installed, such as \"/usr/local/bin/kubelet\"")
+					"write where the member is installed, such as "+strconv.Quote(kubeletPath()))
 			}
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"cuelang.org/go/cue"
 
 	"github.com/kcompile/kcompile/compiler/ir"
+	"github.com/kcompile/kcompile/layout"
 )
 
 // lower builds the IR from a checked model. It may assume every check
@@ -353,9 +354,9 @@ func nodeBinaries(s *specCluster, n ir.Node) []ir.Binary {
 	if ep := s.ControlPlane.Endpoint; ep != nil {
 		switch {
 		case ep.Mode == string(ir.EndpointVIP) && n.Runs(ir.ComponentAPIServer):
-			out = append(out, ir.Binary{Path: "/usr/sbin/haproxy", OS: true}, ir.Binary{Path: "/usr/sbin/keepalived", OS: true})
+			out = append(out, ir.Binary{Path: layout.Abs(layout.HAProxyProgram), OS: true}, ir.Binary{Path: layout.Abs(layout.KeepalivedProgram), OS: true})
 		case ep.Mode == string(ir.EndpointNodeLocal) && n.RunsPods():
-			out = append(out, ir.Binary{Path: "/usr/sbin/haproxy", OS: true})
+			out = append(out, ir.Binary{Path: layout.Abs(layout.HAProxyProgram), OS: true})
 		}
 	}
 	if n.Runs(ir.ComponentAPIServer) {
@@ -385,7 +386,7 @@ func nodeBinaries(s *specCluster, n ir.Node) []ir.Binary {
 		plugins = append(plugins, "portmap")
 	}
 	for _, p := range plugins {
-		out = append(out, ir.Binary{Path: "/opt/cni/bin/" + p})
+		out = append(out, ir.Binary{Path: layout.Abs(layout.CNIBinDir) + "/" + p})
 	}
 	return out
 }

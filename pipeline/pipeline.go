@@ -9,12 +9,14 @@ package pipeline
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/kcompile/kcompile/compiler"
 	"github.com/kcompile/kcompile/compiler/diag"
 	"github.com/kcompile/kcompile/compiler/ir"
 	"github.com/kcompile/kcompile/compiler/pki"
+	"github.com/kcompile/kcompile/layout"
 	"github.com/kcompile/kcompile/targets"
 	"github.com/kcompile/kcompile/targets/cloudinit"
 	"github.com/kcompile/kcompile/targets/ignition"
@@ -77,6 +79,12 @@ type Input struct {
 	// Stage, when set, is told each stage as it starts, for a progress
 	// display; it must not block.
 	Stage func(what string)
+	// Findings keeps what the organisation policies (Source.Policies) and
+	// the benchmark profile (Source.Profile) find out of Diagnostics, in
+	// Output.Findings, and builds the targets whatever they say: review
+	// compares them as findings of either side of a change. A policy that
+	// does not load stays an error.
+	Findings bool
 }
 
 func (in Input) stage(format string, args ...any) {
@@ -95,6 +103,12 @@ type Output struct {
 	// Sizes are every node's user-data size, when cloud-init was built,
 	// and IgnitionSizes every Ignition config's.
 	Sizes, IgnitionSizes []targets.NodeSize
+	// Findings are the policies' violations and the profile's breakages,
+	// with Input.Findings (an empty list when policies were checked and
+	// found nothing, nil when none were); Waivers are the spec's policy
+	// waivers with the violations each hides.
+	Findings diag.List
+	Waivers  []compiler.Waiver
 }
 
 // Run compiles, checks, issues and builds. Diagnostics are about the
@@ -103,7 +117,11 @@ type Output struct {
 func Run(in Input) (*Output, error) {
 	out := &Output{Trees: map[Target]*targets.Tree{}}
 	in.stage("compiling %s", in.Source.Dir)
-	c, diags := compiler.Compile(in.Source)
+	c, diags, waivers := compiler.CompileWaivers(in.Source)
+	out.Waivers = waivers
+	if in.Findings {
+		diags, out.Findings = findings(diags, len(in.Source.Policies) > 0)
+	}
 	if c == nil {
 		out.Diagnostics = diags
 		return out, nil
@@ -166,6 +184,47 @@ func Run(in Input) (*Output, error) {
 	return out, nil
 }
 
+// findings parts the diagnostics of a compile with policies into the
+// spec's own and what the policies and the profile find: a policy's
+// violation carries the policy's id, which no rule of kcompile has.
+func findings(diags diag.List, policies bool) (own, found diag.List) {
+	rules := map[string]bool{}
+	for _, r := range Rules() {
+		rules[r.Code] = true
+	}
+	if policies {
+		found = diag.List{}
+	}
+	for _, d := range diags {
+		switch {
+		case !rules[d.Code] || d.Code == compiler.CodeCISBroken:
+			found = append(found, d)
+		case d.Code == compiler.CodePolicyWaived || d.Code == compiler.CodePolicyWaiver:
+			// What a waiver hides, or that it hides nothing, comes with
+			// the waivers (Output.Waivers), not as the spec's own.
+		default:
+			own = append(own, d)
+		}
+	}
+	return own, found
+}
+
+// PolicyLoadError says which policies did not load or evaluate, among a
+// run's diagnostics, or nil.
+func PolicyLoadError(diags diag.List) error {
+	var broken []string
+	for _, d := range diags {
+		switch d.Code {
+		case compiler.CodePolicyLoad, compiler.CodePolicyShape, compiler.CodePolicyNothing, compiler.CodeInternal, compiler.CodePolicyEval, compiler.CodeEvalBound:
+			broken = append(broken, fmt.Sprintf("  %s: %s %s: %s", d.Primary(), d.Severity, d.Code, d.Message))
+		}
+	}
+	if len(broken) == 0 {
+		return nil
+	}
+	return fmt.Errorf("a policy does not load:\n%s", strings.Join(broken, "\n"))
+}
+
 // build builds one target from the trees built before it.
 func build(t Target, m *pki.Material, built map[Target]*targets.Tree, opts systemd.Options) (*targets.Tree, diag.List, error) {
 	switch t {
@@ -191,9 +250,9 @@ func pkiTree(m *pki.Material) (*targets.Tree, error) {
 	}
 	tree := targets.NewTree()
 	for _, f := range files {
-		p := targets.ClusterPath(f.Path)
+		p := layout.ClusterTree(f.Path)
 		if f.Node != "" {
-			p = targets.NodePath(f.Node, f.Path)
+			p = layout.NodeTree(f.Node, f.Path)
 		}
 		if err := tree.Add(p, f.Data, f.Mode); err != nil {
 			return nil, err

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/kcompile/kcompile/compiler/diag"
+	"github.com/kcompile/kcompile/layout"
 	"github.com/kcompile/kcompile/picture"
 	"github.com/kcompile/kcompile/targets"
 	"github.com/kcompile/kcompile/targets/cloudinit"
@@ -406,15 +407,14 @@ func nodeFiles(fs map[string]targets.File) map[string]map[string][]byte {
 	return out
 }
 
-const unitDir = "/etc/systemd/system/"
-
 func isUnit(root string) bool {
-	return strings.HasPrefix(root, unitDir) && strings.HasSuffix(root, ".service") && !strings.Contains(root[len(unitDir):], "/")
+	rest, ok := strings.CutPrefix(root, layout.Abs(layout.UnitDir))
+	return ok && strings.HasSuffix(root, ".service") && !strings.Contains(rest, "/")
 }
 
 // unitName is the unit a unit file or drop-in belongs to.
 func unitName(root string) string {
-	rest := strings.TrimPrefix(root, unitDir)
+	rest := strings.TrimPrefix(root, layout.Abs(layout.UnitDir))
 	if d, _, ok := strings.Cut(rest, ".d/"); ok {
 		return d
 	}
@@ -446,7 +446,7 @@ func restarts(a, b map[string][]byte, changedRoots map[string]bool) (restart, st
 		all[root] = true
 	}
 	for u := range units {
-		file := unitDir + u
+		file, dropIns := layout.Abs(layout.UnitDir+u), layout.Abs(layout.UnitDropIn(u, ""))
 		_, inA := a[file]
 		_, inB := b[file]
 		switch {
@@ -461,7 +461,7 @@ func restarts(a, b map[string][]byte, changedRoots map[string]bool) (restart, st
 		seen := map[string]bool{}
 		var queue []string
 		for root := range all {
-			if root == file || strings.HasPrefix(root, unitDir+u+".d/") {
+			if root == file || strings.HasPrefix(root, dropIns) {
 				seen[root] = true
 				queue = append(queue, root)
 			}
@@ -476,7 +476,7 @@ func restarts(a, b map[string][]byte, changedRoots map[string]bool) (restart, st
 			}
 			// A directory counts only on the unit's own lines: a runtime
 			// reloads the CNI directory its config names by itself.
-			dirs := root == file || strings.HasPrefix(root, unitDir+u+".d/")
+			dirs := root == file || strings.HasPrefix(root, dropIns)
 			for _, m := range []map[string][]byte{a, b} {
 				for _, ref := range pathRef.FindAllString(string(m[root]), -1) {
 					for _, target := range resolve(ref, all, dirs) {

@@ -9,6 +9,8 @@ import (
 	"path"
 	"sort"
 	"strings"
+
+	"github.com/kcompile/kcompile/layout"
 )
 
 // File is one file of a tree.
@@ -27,9 +29,8 @@ func SplitNodes(t *Tree) (*Tree, map[string][]File, error) {
 	cluster := NewTree()
 	perNode := map[string][]File{}
 	for _, f := range t.Files() {
-		if rest, ok := strings.CutPrefix(f.Path, "nodes/"); ok {
-			node, p, _ := strings.Cut(rest, "/")
-			f.Path = "/" + p
+		if node, p, ok := layout.SplitTree(f.Path); ok {
+			f.Path = layout.Abs(p)
 			perNode[node] = append(perNode[node], f)
 			continue
 		}
@@ -109,9 +110,3 @@ func (t *Tree) Get(p string) (File, bool) {
 
 // Len is the number of files.
 func (t *Tree) Len() int { return len(t.files) }
-
-// NodePath is where a node's root-relative file goes in a target's tree.
-func NodePath(node, p string) string { return "nodes/" + node + "/" + p }
-
-// ClusterPath is where a cluster-wide file goes in a target's tree.
-func ClusterPath(p string) string { return "cluster/" + p }

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"crypto/rand"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"os"
@@ -15,12 +14,9 @@ import (
 
 	"github.com/kcompile/kcompile/compiler"
 	"github.com/kcompile/kcompile/compiler/diag"
-	"github.com/kcompile/kcompile/compiler/ir"
 	"github.com/kcompile/kcompile/compiler/pki"
-	"github.com/kcompile/kcompile/picture"
 	"github.com/kcompile/kcompile/pipeline"
 	"github.com/kcompile/kcompile/review"
-	"github.com/kcompile/kcompile/targets"
 )
 
 type diffCmd struct {
@@ -34,21 +30,6 @@ type diffCmd struct {
 	Profile string   `enum:",cis" default:"" help:"With --policy: the benchmark both sides are checked with, as check --profile (policies read it as facts.profile)."`
 	Color   string   `enum:"auto,always,never" default:"auto" help:"Colour text output: auto (on a terminal), always or never."`
 	MaxSize int      `name:"max-size" default:"60000" help:"With --output markdown: the most characters the comment may have (GitHub takes 65,536); above it the files' diffs are cut first, and the comment says what it left out. 0: no bound."`
-}
-
-// diffSide is one compiled side.
-type diffSide struct {
-	label    string
-	tree     *targets.Tree
-	etcd     []review.EtcdMember
-	endpoint string
-	facts    *review.Facts
-	topology *picture.Topology
-	// checks are the side's warnings; policies the violations of the
-	// policies, when --policy is given.
-	checks, policies diag.List
-	// waivers are the side's policy waivers, with what each hides.
-	waivers []review.Waiver
 }
 
 // Run compares; exit 0 when equal, 1 when different, 2 on any error.
@@ -116,7 +97,7 @@ func (c *diffCmd) compare(e *env) (*review.Report, error) {
 		if err != nil {
 			return nil, err
 		}
-		var sides [2]diffSide
+		var sides [2]review.Side
 		for i, rev := range []string{rev1, rev2} {
 			tmp, err := os.MkdirTemp("", "kcompile-diff-")
 			if err != nil {
@@ -142,7 +123,7 @@ func (c *diffCmd) compare(e *env) (*review.Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	var sides [2]diffSide
+	var sides [2]review.Side
 	for i, dir := range c.Args {
 		if sides[i], err = c.side(e, b, dir, dir, func(l diag.List) diag.List { return l.Relative(e.cwd) }); err != nil {
 			return nil, err
@@ -173,12 +154,8 @@ func (c *diffCmd) bundle(e *env) (*pki.Bundle, error) {
 // validity fits the throwaway CAs as it fits a bundle made by default.
 const throwawayCAValidity = 10 * 365 * 24 * time.Hour
 
-func (c *diffCmd) compareSides(a, b diffSide) *review.Report {
-	side := func(s diffSide) review.Side {
-		return review.Side{Label: s.label, Tree: s.tree, Etcd: s.etcd, Endpoint: s.endpoint, Facts: s.facts,
-			Checks: s.checks, Policies: s.policies, Waivers: s.waivers, Topology: s.topology}
-	}
-	return review.Compare(side(a), side(b), review.Options{ThrowawayKeys: c.Secrets == ""})
+func (c *diffCmd) compareSides(a, b review.Side) *review.Report {
+	return review.Compare(a, b, review.Options{ThrowawayKeys: c.Secrets == ""})
 }
 
 // textCommand is the command that prints this comparison as text, which
@@ -227,17 +204,25 @@ func underName(l diag.List, dir, name string) diag.List {
 	return out
 }
 
-// side compiles one spec with the shared bundle and builds the
-// target(s). Its warnings are not printed: the report compares them.
-// at rewrites the positions of its diagnostics for the report.
-func (c *diffCmd) side(e *env, b *pki.Bundle, dir, label string, at func(diag.List) diag.List) (diffSide, error) {
+// side compiles one spec with the shared bundle (and, with --policy, its
+// policies, in the same compile) and builds the target(s). Its warnings
+// are not printed: the report compares them. at rewrites the positions
+// of its diagnostics for the report.
+func (c *diffCmd) side(e *env, b *pki.Bundle, dir, label string, at func(diag.List) diag.List) (review.Side, error) {
 	names := []pipeline.Target{pipeline.Target(c.Target)}
 	if c.Target == "all" {
 		names = pipeline.Reviewed()
 	}
-	out, err := pipeline.Run(pipeline.Input{Source: compiler.Source{Dir: dir, Bound: e.bound}, Bundle: b, Now: e.now, Issue: true, Targets: names, Stage: e.progress.stage})
+	src := compiler.Source{Dir: dir, Bound: e.bound, Policies: c.Policy}
+	if len(c.Policy) > 0 {
+		src.Profile = c.Profile
+	}
+	out, err := pipeline.Run(pipeline.Input{Source: src, Bundle: b, Now: e.now, Issue: true, Targets: names, Stage: e.progress.stage, Findings: true})
 	if err != nil {
-		return diffSide{}, err
+		return review.Side{}, err
+	}
+	if err := pipeline.PolicyLoadError(out.Diagnostics); err != nil {
+		return review.Side{}, fmt.Errorf("%s: %w", label, err)
 	}
 	if out.Diagnostics.HasErrors() {
 		msg := "nothing compared"
@@ -250,124 +235,18 @@ func (c *diffCmd) side(e *env, b *pki.Bundle, dir, label string, at func(diag.Li
 		err := printDiagnostics(e, out.Diagnostics, msg)
 		var s statusError
 		if errors.As(err, &s) {
-			return diffSide{}, fmt.Errorf("%s: %s", label, s.msg)
+			return review.Side{}, fmt.Errorf("%s: %s", label, s.msg)
 		}
-		return diffSide{}, err
+		return review.Side{}, err
 	}
-	s := diffSide{label: label, etcd: etcdMembers(out.Cluster), endpoint: endpointOf(out.Cluster), facts: factsOf(out), topology: picture.Of(out.Cluster), tree: targets.NewTree(),
-		checks: at(out.Diagnostics)}
-	if len(c.Policy) > 0 {
-		v, ws, err := violations(dir, c.Policy, c.Profile, e.bound)
-		if err != nil {
-			return diffSide{}, fmt.Errorf("%s: %w", label, err)
-		}
-		s.policies = at(v)
-		for _, w := range ws {
-			pos := at(diag.List{{Positions: w.Positions}})[0].Positions
-			s.waivers = append(s.waivers, review.Waiver{ID: w.ID, Reason: w.Reason, Positions: pos, Waives: at(w.Waives)})
-		}
+	compiled := review.Compiled{Cluster: out.Cluster, Material: out.Material, Diagnostics: out.Diagnostics, Findings: out.Findings}
+	for _, t := range names {
+		compiled.Trees = append(compiled.Trees, review.NamedTree{Name: string(t), Tree: out.Trees[t]})
 	}
-	for _, name := range names {
-		for _, f := range out.Trees[name].Files() {
-			p := f.Path
-			if c.Target == "all" {
-				p = string(name) + "/" + p
-			}
-			if err := s.tree.Add(p, f.Data, f.Mode); err != nil {
-				return diffSide{}, err
-			}
-		}
+	for _, w := range out.Waivers {
+		compiled.Waivers = append(compiled.Waivers, review.Waiver{ID: w.ID, Reason: w.Reason, Positions: w.Positions, Waives: w.Waives})
 	}
-	return s, nil
-}
-
-// violations holds the spec in dir to the policies: a violation (under
-// its policy's id, which no rule of kcompile has) is a finding, not an
-// error, on either side; a policy that does not load is an error. The
-// spec's waivers come back with the violations each hides.
-func violations(dir string, policies []string, profile string, bound func(func()) error) (diag.List, []compiler.Waiver, error) {
-	_, diags, waivers := compiler.CompileWaivers(compiler.Source{Dir: dir, Policies: policies, Profile: profile, Bound: bound})
-	rules := map[string]bool{}
-	for _, r := range pipeline.Rules() {
-		rules[r.Code] = true
-	}
-	out := diag.List{}
-	var broken []string
-	for _, d := range diags {
-		switch {
-		case !rules[d.Code]:
-			out = append(out, d)
-		case d.Code == compiler.CodePolicyLoad || d.Code == compiler.CodePolicyShape || d.Code == compiler.CodePolicyNothing || d.Code == compiler.CodeInternal ||
-			d.Code == compiler.CodePolicyEval || d.Code == compiler.CodeEvalBound:
-			broken = append(broken, fmt.Sprintf("  %s: %s %s: %s", d.Primary(), d.Severity, d.Code, d.Message))
-		}
-	}
-	if len(broken) > 0 {
-		return nil, nil, fmt.Errorf("a policy does not load:\n%s", strings.Join(broken, "\n"))
-	}
-	return out, waivers, nil
-}
-
-// factsOf are the settings of a compiled side that a restart does not
-// apply to a running cluster.
-func factsOf(out *pipeline.Output) *review.Facts {
-	c := out.Cluster
-	f := &review.Facts{Nodes: map[string]review.NodeFacts{}, Domain: c.Network.Domain, CAs: map[string]string{}}
-	for _, p := range c.Network.ServiceCIDRs {
-		f.ServiceCIDRs = append(f.ServiceCIDRs, p.String())
-	}
-	for _, p := range c.Network.PodCIDRs {
-		f.PodCIDRs = append(f.PodCIDRs, p.String())
-	}
-	for _, n := range c.Nodes {
-		if !n.RunsPods() {
-			continue
-		}
-		var nf review.NodeFacts
-		for _, l := range n.Labels {
-			nf.Labels = append(nf.Labels, l.Key+"="+l.Value)
-		}
-		for _, t := range n.Taints {
-			nf.Taints = append(nf.Taints, t.Key+"="+t.Value+":"+t.Effect)
-		}
-		f.Nodes[n.Name] = nf
-	}
-	if out.Material != nil {
-		b := out.Material.Bundle
-		for name, a := range map[string]pki.Authority{"kubernetes": pki.ClusterCA, "etcd": pki.EtcdCA, "front-proxy": pki.FrontProxyCA} {
-			if ca, ok := b.CAs[a]; ok {
-				f.CAs[name] = review.Hash(ca.Cert.Raw)
-			}
-		}
-		if b.ServiceAccountKey != nil {
-			if der, err := x509.MarshalPKIXPublicKey(b.ServiceAccountKey.Public()); err == nil {
-				f.CAs["service-account"] = review.Hash(der)
-			}
-		}
-	}
-	return f
-}
-
-// endpointOf says where clients reach the API and what serves it.
-func endpointOf(c *ir.Cluster) string {
-	e := c.Endpoint
-	switch e.Mode {
-	case ir.EndpointVIP:
-		return fmt.Sprintf("%s, a VIP of the control-plane nodes (VRRP router %d)", e.URL, e.RouterID)
-	case ir.EndpointNodeLocal:
-		return fmt.Sprintf("%s outside the cluster, %s on every node", e.URL, e.NodeURL())
-	case ir.EndpointNode:
-		return e.URL + ", the only control-plane node"
-	}
-	return e.URL + ", served outside the spec"
-}
-
-func etcdMembers(c *ir.Cluster) []review.EtcdMember {
-	var out []review.EtcdMember
-	for _, m := range c.Etcd.Members {
-		out = append(out, review.EtcdMember{Name: m.Name, Address: m.Address.String(), Node: m.Node})
-	}
-	return out
+	return review.SideOf(label, compiled, at)
 }
 
 // exportSpec writes the files of the spec directory dir as they are at

@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/kcompile/kcompile/compiler/ir"
 	"github.com/kcompile/kcompile/compiler/pki"
+	"github.com/kcompile/kcompile/layout"
 )
 
 type secretsCmd struct {
@@ -78,7 +80,7 @@ type secretsImportCmd struct {
 
 func (secretsImportCmd) Help() string {
 	return `Examples:
-  kcompile secrets import-kubeadm /etc/kubernetes/pki -s secrets.json
+  kcompile secrets import-kubeadm ` + layout.Abs(strings.TrimSuffix(layout.PKIDir, "/")) + ` -s secrets.json
 
 Reads ca.crt/key, etcd/ca.crt/key, front-proxy-ca.crt/key and sa.key; the
 cluster keeps its CAs, and kcompile issues every leaf from them.
@@ -96,19 +98,20 @@ func (c *secretsImportCmd) Run(e *env) error {
 		}
 		return b, nil
 	}
+	// The directory is a node's PKIDir: its files are named as there.
 	files := map[string][]byte{}
-	for _, name := range []string{"ca.crt", "ca.key", "etcd/ca.crt", "etcd/ca.key", "front-proxy-ca.crt", "front-proxy-ca.key", "sa.key"} {
-		data, err := read(name)
+	for _, p := range []string{layout.ClusterCACert, layout.ClusterCAKey, layout.EtcdCACert, layout.EtcdCAKey, layout.FrontProxyCACert, layout.FrontProxyCAKey, layout.ServiceAccountKey} {
+		data, err := read(strings.TrimPrefix(p, layout.PKIDir))
 		if err != nil {
 			return err
 		}
-		files[name] = data
+		files[p] = data
 	}
 	b, err := pki.Import(rand.Reader, e.now, pki.KubeadmFiles{
-		CACert: files["ca.crt"], CAKey: files["ca.key"],
-		EtcdCACert: files["etcd/ca.crt"], EtcdCAKey: files["etcd/ca.key"],
-		FrontProxyCACert: files["front-proxy-ca.crt"], FrontProxyCAKey: files["front-proxy-ca.key"],
-		ServiceAccountKey: files["sa.key"],
+		CACert: files[layout.ClusterCACert], CAKey: files[layout.ClusterCAKey],
+		EtcdCACert: files[layout.EtcdCACert], EtcdCAKey: files[layout.EtcdCAKey],
+		FrontProxyCACert: files[layout.FrontProxyCACert], FrontProxyCAKey: files[layout.FrontProxyCAKey],
+		ServiceAccountKey: files[layout.ServiceAccountKey],
 	})
 	if err != nil {
 		return statusError{code: exitProblems, msg: fmt.Sprintf("%s: %v", c.Dir, err)}

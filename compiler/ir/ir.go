@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/kcompile/kcompile/layout"
 )
 
 // Cluster is a whole compiled cluster.
@@ -200,28 +202,29 @@ func (o OS) Ignition() bool { return o == OSFlatcar || o == OSFedoraCoreOS }
 // PATH has /opt/bin.
 func (o OS) BinDir() string {
 	if o == OSFlatcar {
-		return "/opt/bin"
+		return layout.Abs(layout.FlatcarBinDir)
 	}
-	return "/usr/local/bin"
+	return layout.Abs(layout.BinDir)
 }
 
 // LibDir is where kcompile's own scripts live, beside the binaries.
 func (o OS) LibDir() string {
 	if o == OSFlatcar {
-		return "/opt/kcompile/lib"
+		return layout.Abs(layout.FlatcarLibDir)
 	}
-	return "/usr/local/lib/kcompile"
+	return layout.Abs(layout.LibDir)
 }
 
 // Writable says whether kcompile may write path p on the OS: under /usr
 // anywhere on Debian, under /usr/local only on Fedora CoreOS (a link to
 // /var/usrlocal), nowhere on Flatcar.
 func (o OS) Writable(p string) bool {
+	usr, local := layout.Abs(layout.UsrDir), layout.Abs(layout.UsrLocalDir)+"/"
 	switch o {
 	case OSFlatcar:
-		return p != "/usr" && !strings.HasPrefix(p, "/usr/")
+		return p != usr && !strings.HasPrefix(p, usr+"/")
 	case OSFedoraCoreOS:
-		return p != "/usr" && !strings.HasPrefix(p, "/usr/") || strings.HasPrefix(p, "/usr/local/")
+		return p != usr && !strings.HasPrefix(p, usr+"/") || strings.HasPrefix(p, local)
 	}
 	return true
 }

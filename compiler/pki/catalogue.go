@@ -2,6 +2,7 @@ package pki
 
 import (
 	"crypto/x509"
+	"github.com/kcompile/kcompile/layout"
 	"net"
 	"net/netip"
 	"slices"
@@ -105,14 +106,14 @@ func Catalogue(c *ir.Cluster) []Cert {
 		}
 		if RunsEndpointProxy(c, n) {
 			out = append(out, Cert{ID: "endpoint-health@" + n.Name, Name: "endpoint-health", Node: n.Name, CA: ClusterCA,
-				CommonName: userEndpointHealth, Client: true, File: EndpointHealthStem})
+				CommonName: userEndpointHealth, Client: true, File: layout.EndpointHealthStem})
 		}
 	}
 	out = append(out,
 		Cert{ID: "admin", Name: "admin", CA: ClusterCA, CommonName: userAdmin, Organization: []string{groupClusterAdmins},
-			Client: true, Kubeconfig: &Kubeconfig{Path: AdminKubeconfig, Server: c.Endpoint.URL}},
+			Client: true, Kubeconfig: &Kubeconfig{Path: layout.AdminKubeconfig, Server: c.Endpoint.URL}},
 		Cert{ID: "super-admin", Name: "super-admin", CA: ClusterCA, CommonName: userSuperAdmin, Organization: []string{groupMasters},
-			Client: true, Kubeconfig: &Kubeconfig{Path: SuperAdminKubeconfig, Server: c.Endpoint.URL}},
+			Client: true, Kubeconfig: &Kubeconfig{Path: layout.SuperAdminKubeconfig, Server: c.Endpoint.URL}},
 	)
 	return out
 }
@@ -141,20 +142,20 @@ func controlPlaneCerts(c *ir.Cluster, n ir.Node) []Cert {
 	id := func(name string) string { return name + "@" + n.Name }
 	return []Cert{
 		{ID: id("apiserver"), Name: "apiserver", Node: n.Name, CA: ClusterCA, CommonName: "kube-apiserver",
-			DNSNames: apiServerDNSNames(c, n), IPs: apiServerIPs(c, n), Server: true, File: APIServerStem},
+			DNSNames: apiServerDNSNames(c, n), IPs: apiServerIPs(c, n), Server: true, File: layout.APIServerStem},
 		{ID: id("apiserver-kubelet-client"), Name: "apiserver-kubelet-client", Node: n.Name, CA: ClusterCA,
 			CommonName: APIServerKubeletClientUser, Client: true,
-			File: APIServerKubeletClientStem},
+			File: layout.APIServerKubeletClientStem},
 		{ID: id("apiserver-etcd-client"), Name: "apiserver-etcd-client", Node: n.Name, CA: EtcdCA,
-			CommonName: "kube-apiserver-etcd-client", Client: true, File: APIServerEtcdClientStem},
+			CommonName: "kube-apiserver-etcd-client", Client: true, File: layout.APIServerEtcdClientStem},
 		{ID: id("front-proxy-client"), Name: "front-proxy-client", Node: n.Name, CA: FrontProxyCA,
-			CommonName: frontProxyClientName, Client: true, File: FrontProxyClientStem},
+			CommonName: frontProxyClientName, Client: true, File: layout.FrontProxyClientStem},
 		{ID: id("controller-manager"), Name: "controller-manager", Node: n.Name, CA: ClusterCA,
 			CommonName: userControllerManager, Client: true,
-			Kubeconfig: &Kubeconfig{Path: ControllerManagerKubeconfig, Server: localAPIServer(c, n)}},
+			Kubeconfig: &Kubeconfig{Path: layout.ControllerManagerKubeconfig, Server: localAPIServer(c, n)}},
 		{ID: id("scheduler"), Name: "scheduler", Node: n.Name, CA: ClusterCA,
 			CommonName: userScheduler, Client: true,
-			Kubeconfig: &Kubeconfig{Path: SchedulerKubeconfig, Server: localAPIServer(c, n)}},
+			Kubeconfig: &Kubeconfig{Path: layout.SchedulerKubeconfig, Server: localAPIServer(c, n)}},
 	}
 }
 
@@ -163,11 +164,11 @@ func etcdCerts(n ir.Node, m ir.EtcdMember) []Cert {
 	return []Cert{
 		{ID: id("etcd-server"), Name: "etcd-server", Node: n.Name, CA: EtcdCA, CommonName: m.Name,
 			DNSNames: []string{m.Name, "localhost"}, IPs: uniqueAddrs(append(slices.Clone(n.Addresses), loopback4, loopback6)),
-			Server: true, Client: true, File: EtcdServerStem},
+			Server: true, Client: true, File: layout.EtcdServerStem},
 		{ID: id("etcd-peer"), Name: "etcd-peer", Node: n.Name, CA: EtcdCA, CommonName: m.Name,
-			DNSNames: []string{m.Name}, IPs: slices.Clone(n.Addresses), Server: true, Client: true, File: EtcdPeerStem},
+			DNSNames: []string{m.Name}, IPs: slices.Clone(n.Addresses), Server: true, Client: true, File: layout.EtcdPeerStem},
 		{ID: id("etcd-healthcheck-client"), Name: "etcd-healthcheck-client", Node: n.Name, CA: EtcdCA,
-			CommonName: "kube-etcd-healthcheck-client", Client: true, File: EtcdHealthcheckClientStem},
+			CommonName: "kube-etcd-healthcheck-client", Client: true, File: layout.EtcdHealthcheckClientStem},
 	}
 }
 
@@ -176,15 +177,15 @@ func nodeCerts(c *ir.Cluster, n ir.Node) []Cert {
 	out := []Cert{
 		{ID: id("kubelet-client"), Name: "kubelet-client", Node: n.Name, CA: ClusterCA,
 			CommonName: nodeUserPrefix + n.Name, Organization: []string{groupNodes}, Client: true,
-			Kubeconfig: &Kubeconfig{Path: KubeletKubeconfig, Server: c.Endpoint.NodeURL()}},
+			Kubeconfig: &Kubeconfig{Path: layout.KubeletKubeconfig, Server: c.Endpoint.NodeURL()}},
 		{ID: id("kubelet-serving"), Name: "kubelet-serving", Node: n.Name, CA: ClusterCA,
 			CommonName: nodeUserPrefix + n.Name, Organization: []string{groupNodes},
-			DNSNames: []string{n.Name}, IPs: slices.Clone(n.Addresses), Server: true, File: KubeletServingStem},
+			DNSNames: []string{n.Name}, IPs: slices.Clone(n.Addresses), Server: true, File: layout.KubeletServingStem},
 	}
 	if n.Runs(ir.ComponentKubeProxy) {
 		out = append(out, Cert{ID: id("kube-proxy"), Name: "kube-proxy", Node: n.Name, CA: ClusterCA,
 			CommonName: userKubeProxy, Client: true,
-			Kubeconfig: &Kubeconfig{Path: KubeProxyKubeconfig, Server: c.Endpoint.NodeURL()}})
+			Kubeconfig: &Kubeconfig{Path: layout.KubeProxyKubeconfig, Server: c.Endpoint.NodeURL()}})
 	}
 	// Calico's CNI plugin runs outside any pod, on the node, and calls the
 	// API with its own identity; flannel and cilium use the service
@@ -192,7 +193,7 @@ func nodeCerts(c *ir.Cluster, n ir.Node) []Cert {
 	if c.Network.CNI.Plugin == "calico" {
 		out = append(out, Cert{ID: id("calico-cni"), Name: "calico-cni", Node: n.Name, CA: ClusterCA,
 			CommonName: userCalicoCNI, Client: true,
-			Kubeconfig: &Kubeconfig{Path: CalicoKubeconfig, Server: c.Endpoint.NodeURL()}})
+			Kubeconfig: &Kubeconfig{Path: layout.CalicoKubeconfig, Server: c.Endpoint.NodeURL()}})
 	}
 	return out
 }

@@ -2,6 +2,7 @@ package pki
 
 import (
 	"fmt"
+	"github.com/kcompile/kcompile/layout"
 	"io/fs"
 	"path"
 	"sort"
@@ -56,24 +57,24 @@ func Files(m *Material) ([]File, error) {
 	}
 	for _, n := range c.Nodes {
 		if n.RunsPods() || n.Runs(ir.ComponentAPIServer) {
-			add(n.Name, ClusterCACert, caPEM, ModePublic)
+			add(n.Name, layout.ClusterCACert, caPEM, ModePublic)
 		}
 		if n.Runs(ir.ComponentAPIServer) {
-			add(n.Name, ClusterCAKey, caKey, ModePrivate)
-			add(n.Name, FrontProxyCACert, frontProxyCAPEM, ModePublic)
-			add(n.Name, EtcdCACert, etcdCAPEM, ModePublic)
-			add(n.Name, ServiceAccountKey, saKey, ModePrivate)
-			add(n.Name, ServiceAccountPubKey, saPub, ModePublic)
+			add(n.Name, layout.ClusterCAKey, caKey, ModePrivate)
+			add(n.Name, layout.FrontProxyCACert, frontProxyCAPEM, ModePublic)
+			add(n.Name, layout.EtcdCACert, etcdCAPEM, ModePublic)
+			add(n.Name, layout.ServiceAccountKey, saKey, ModePrivate)
+			add(n.Name, layout.ServiceAccountPubKey, saPub, ModePublic)
 		}
 		if n.Runs(ir.ComponentEtcd) {
-			add(n.Name, EtcdCACert, etcdCAPEM, ModePublic)
+			add(n.Name, layout.EtcdCACert, etcdCAPEM, ModePublic)
 		}
 	}
 	add("", "pki/ca.crt", caPEM, ModePublic)
 	for _, l := range m.Leaves {
 		if l.File != "" {
-			add(l.Node, CertFile(l.File), l.CertPEM, ModePublic)
-			add(l.Node, KeyFile(l.File), l.KeyPEM, ModePrivate)
+			add(l.Node, layout.CertFile(l.File), l.CertPEM, ModePublic)
+			add(l.Node, layout.KeyFile(l.File), l.KeyPEM, ModePrivate)
 		}
 		if l.Kubeconfig == nil {
 			continue
@@ -91,11 +92,11 @@ func Files(m *Material) ([]File, error) {
 					add(n.Name, l.Kubeconfig.Path, kc, ModePrivate)
 				}
 			}
-			add("", path.Base(AdminKubeconfig), kc, ModePrivate)
+			add("", path.Base(layout.AdminKubeconfig), kc, ModePrivate)
 		case "super-admin":
 			// A break-glass credential that bypasses RBAC: never on a
 			// node.
-			add("", path.Base(SuperAdminKubeconfig), kc, ModePrivate)
+			add("", path.Base(layout.SuperAdminKubeconfig), kc, ModePrivate)
 		default:
 			add(l.Node, l.Kubeconfig.Path, kc, ModePrivate)
 		}
@@ -122,13 +123,13 @@ func keyFiles(c *ir.Cluster) map[[2]string]bool {
 	out := map[[2]string]bool{}
 	for _, n := range c.Nodes {
 		if n.Runs(ir.ComponentAPIServer) {
-			out[[2]string{n.Name, ClusterCAKey}] = true
-			out[[2]string{n.Name, ServiceAccountKey}] = true
+			out[[2]string{n.Name, layout.ClusterCAKey}] = true
+			out[[2]string{n.Name, layout.ServiceAccountKey}] = true
 		}
 	}
 	for _, cert := range Catalogue(c) {
 		if cert.File != "" {
-			out[[2]string{cert.Node, KeyFile(cert.File)}] = true
+			out[[2]string{cert.Node, layout.KeyFile(cert.File)}] = true
 		}
 	}
 	return out

@@ -7,6 +7,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"github.com/kcompile/kcompile/layout"
 	"io/fs"
 	"maps"
 	"net"
@@ -88,12 +89,12 @@ func Verify(tree fs.FS, c *ir.Cluster, now time.Time) ([]Problem, error) {
 // consumers are configured.
 func caFor(rel string) string {
 	switch {
-	case strings.HasPrefix(rel, EtcdPKIDir), rel == CertFile(APIServerEtcdClientStem):
-		return EtcdCACert
-	case rel == CertFile(FrontProxyClientStem):
-		return FrontProxyCACert
+	case strings.HasPrefix(rel, layout.EtcdPKIDir), rel == layout.CertFile(layout.APIServerEtcdClientStem):
+		return layout.EtcdCACert
+	case rel == layout.CertFile(layout.FrontProxyClientStem):
+		return layout.FrontProxyCACert
 	}
-	return ClusterCACert
+	return layout.ClusterCACert
 }
 
 func isCAFile(rel string) bool {
@@ -106,10 +107,10 @@ func isKubeconfig(rel string) bool {
 	switch {
 	case !strings.Contains(rel, "/") && strings.HasSuffix(rel, ".conf"):
 		return true
-	case strings.HasPrefix(rel, KubeconfigDir) && strings.HasSuffix(rel, ".conf") && !strings.Contains(strings.TrimPrefix(rel, KubeconfigDir), "/"):
+	case strings.HasPrefix(rel, layout.KubernetesDir) && strings.HasSuffix(rel, ".conf") && !strings.Contains(strings.TrimPrefix(rel, layout.KubernetesDir), "/"):
 		return true
 	}
-	return rel == KubeProxyKubeconfig || rel == CalicoKubeconfig
+	return rel == layout.KubeProxyKubeconfig || rel == layout.CalicoKubeconfig
 }
 
 // verifyNode checks the files of one node's tree (or the cluster tree).
@@ -259,7 +260,7 @@ func verifyTopology(tree fs.FS, c *ir.Cluster, add func(p, format string, args .
 		case cert.Name == "super-admin":
 			files = append(files, "cluster/super-admin.conf")
 		case cert.File != "":
-			files = append(files, path.Join("nodes", cert.Node, CertFile(cert.File)))
+			files = append(files, path.Join("nodes", cert.Node, layout.CertFile(cert.File)))
 		default:
 			files = append(files, path.Join("nodes", cert.Node, cert.Kubeconfig.Path))
 		}
@@ -446,7 +447,7 @@ func verifyKeyPlacement(tree fs.FS, trees []string, c *ir.Cluster, owners map[st
 		if n, ok := strings.CutPrefix(dir, "nodes/"); ok {
 			node = n
 		}
-		_, err := fs.Stat(tree, path.Join(dir, CertFile(APIServerStem)))
+		_, err := fs.Stat(tree, path.Join(dir, layout.CertFile(layout.APIServerStem)))
 		controlPlane := err == nil
 		runsAPIServer := controlPlane
 		if c != nil {
@@ -496,9 +497,9 @@ func verifyKeyPlacement(tree fs.FS, trees []string, c *ir.Cluster, owners map[st
 					// The key the catalogue puts here; verifyCertFile
 					// holds it to its certificate. A second key in the
 					// file is another's.
-				case owner == string(ClusterCA) && (expected != nil || !controlPlane || rel != ClusterCAKey || i > 0):
+				case owner == string(ClusterCA) && (expected != nil || !controlPlane || rel != layout.ClusterCAKey || i > 0):
 					add(p, "is the cluster CA's private key, %s: with it anyone can sign any identity, system:masters included; delete it (%s)", where, key.form)
-				case owner == serviceAccount && (expected != nil || !controlPlane || rel != ServiceAccountKey || i > 0):
+				case owner == serviceAccount && (expected != nil || !controlPlane || rel != layout.ServiceAccountKey || i > 0):
 					add(p, "is the service-account signing key, %s: with it anyone can forge any service account's token; delete it (%s)", where, key.form)
 				case owner == string(ClusterCA) || owner == serviceAccount:
 				case expected != nil:
@@ -531,8 +532,8 @@ func keyOwners(tree fs.FS, trees []string) map[string]string {
 	out := map[string]string{}
 	for _, dir := range trees {
 		for rel, owner := range map[string]string{
-			ClusterCACert: string(ClusterCA), "pki/ca.crt": string(ClusterCA), EtcdCACert: string(EtcdCA),
-			FrontProxyCACert: string(FrontProxyCA), ServiceAccountPubKey: serviceAccount,
+			layout.ClusterCACert: string(ClusterCA), "pki/ca.crt": string(ClusterCA), layout.EtcdCACert: string(EtcdCA),
+			layout.FrontProxyCACert: string(FrontProxyCA), layout.ServiceAccountPubKey: serviceAccount,
 		} {
 			data, err := readBounded(tree, path.Join(dir, rel), nil)
 			if err != nil {

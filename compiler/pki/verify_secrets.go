@@ -9,6 +9,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"github.com/kcompile/kcompile/layout"
 	"io"
 	"io/fs"
 	"maps"
@@ -321,9 +322,9 @@ func kubeconfigFiles(c *ir.Cluster) map[[2]string]bool {
 					out[[2]string{n.Name, cert.Kubeconfig.Path}] = true
 				}
 			}
-			out[[2]string{"", path.Base(AdminKubeconfig)}] = true
+			out[[2]string{"", path.Base(layout.AdminKubeconfig)}] = true
 		case "super-admin":
-			out[[2]string{"", path.Base(SuperAdminKubeconfig)}] = true
+			out[[2]string{"", path.Base(layout.SuperAdminKubeconfig)}] = true
 		default:
 			out[[2]string{cert.Node, cert.Kubeconfig.Path}] = true
 		}
@@ -336,12 +337,12 @@ func kubeconfigFiles(c *ir.Cluster) map[[2]string]bool {
 // API server (cp) or not.
 func layoutKubeconfig(node, rel string, cp bool) bool {
 	if node == "" {
-		return rel == path.Base(AdminKubeconfig) || rel == path.Base(SuperAdminKubeconfig)
+		return rel == path.Base(layout.AdminKubeconfig) || rel == path.Base(layout.SuperAdminKubeconfig)
 	}
 	switch rel {
-	case KubeletKubeconfig, KubeProxyKubeconfig, CalicoKubeconfig:
+	case layout.KubeletKubeconfig, layout.KubeProxyKubeconfig, layout.CalicoKubeconfig:
 		return true
-	case AdminKubeconfig, ControllerManagerKubeconfig, SchedulerKubeconfig:
+	case layout.AdminKubeconfig, layout.ControllerManagerKubeconfig, layout.SchedulerKubeconfig:
 		return cp
 	}
 	return false
@@ -385,7 +386,7 @@ func verifyKubeconfigCredentials(p, node, rel string, creds kubeconfigCredential
 			case spec || u.admin == "":
 			case u.admin == groupMasters && node != "":
 				add(p, "holds the credentials of user %q (%s): a system:masters credential, which the layout keeps off every node; delete it", u.name, kinds)
-			case u.admin == groupClusterAdmins && node != "" && rel != AdminKubeconfig:
+			case u.admin == groupClusterAdmins && node != "" && rel != layout.AdminKubeconfig:
 				add(p, "holds the credentials of user %q (%s)%s, where the layout puts another component's kubeconfig; replace it", u.name, kinds, admin)
 			}
 		case expected:

@@ -10,6 +10,7 @@ import (
 	"encoding/base64"
 	"encoding/pem"
 	"fmt"
+	"github.com/kcompile/kcompile/layout"
 	"io/fs"
 	"maps"
 	"os"
@@ -288,7 +289,7 @@ func TestVerifySniffBounded(t *testing.T) {
 	big := bytes.Repeat([]byte{'#'}, maxSniff)
 	tree["nodes/w01/var/log/huge.log"] = &fstest.MapFile{Data: append(slices.Clone(big), m.Bundle.CAs[ClusterCA].Cert.Raw...), Mode: 0o644}
 	tree["nodes/w01/var/log/max.log"] = &fstest.MapFile{Data: big, Mode: 0o644}
-	crt := "nodes/w02/" + CertFile(KubeletServingStem)
+	crt := "nodes/w02/" + layout.CertFile(layout.KubeletServingStem)
 	tree[crt] = &fstest.MapFile{Data: append(slices.Clone(big), tree[crt].Data...), Mode: ModePublic}
 	for _, c := range []*ir.Cluster{m.Cluster, nil} {
 		ps, err := Verify(tree, c, testVerifyTime)

@@ -13,6 +13,7 @@ import (
 	toml "github.com/pelletier/go-toml/v2"
 
 	"github.com/kcompile/kcompile/compiler/ir"
+	"github.com/kcompile/kcompile/layout"
 	"github.com/kcompile/kcompile/pipeline"
 	"github.com/kcompile/kcompile/targets"
 	"github.com/kcompile/kcompile/targets/unitfile"
@@ -30,10 +31,6 @@ type Adjustment struct {
 
 // String is how up prints it.
 func (a Adjustment) String() string { return a.Name + ": " + a.What + ": " + a.Why }
-
-// initPath is the machines' PID 1: a script that makes what this host
-// mounts read-only writable inside the machine, then execs systemd.
-const initPath = "/.kcompile-up/init"
 
 // hostFacts is what up must work around on this host.
 type hostFacts struct {
@@ -83,7 +80,7 @@ type adjustments struct {
 	list []Adjustment
 	// nspawn are extra systemd-nspawn options.
 	nspawn []string
-	// init is the PID-1 script.
+	// init is the PID-1 script, layout.UpInit.
 	init string
 	// sysctls are files bound over read-only /proc/sys entries, by
 	// /proc/sys path, with their initial content.
@@ -122,7 +119,8 @@ func decide(c *ir.Cluster, p *plan, h hostFacts, tree *targets.Tree, target pipe
 	a.add("proc-sys-net", "/proc/sys/net read-write inside the machines",
 		"systemd-nspawn --network-namespace-path leaves it read-only; kube-proxy and flannel set per-namespace network sysctls")
 
-	init.WriteString("# A sysfs of the machine's own network namespace: nspawn shows the host's\n# devices under /sys/class/net.\nmkdir -p /run/kcompile-up/sys\nmount -t sysfs sysfs /run/kcompile-up/sys\nmount --bind /run/kcompile-up/sys/class/net /sys/class/net\nmount --bind /run/kcompile-up/sys/devices/virtual/net /sys/devices/virtual/net\numount -l /run/kcompile-up/sys\n")
+	sysfs := layout.Abs(layout.UpSysfs)
+	init.WriteString("# A sysfs of the machine's own network namespace: nspawn shows the host's\n# devices under /sys/class/net.\nmkdir -p " + sysfs + "\nmount -t sysfs sysfs " + sysfs + "\nmount --bind " + sysfs + "/class/net /sys/class/net\nmount --bind " + sysfs + "/devices/virtual/net /sys/devices/virtual/net\numount -l " + sysfs + "\n")
 	a.add("sysfs-net", "a sysfs of the machine's own network namespace over /sys/class/net and /sys/devices/virtual/net",
 		"systemd-nspawn --network-namespace-path shows the host's devices there; cloud-init matches the spec's MAC through it, and the kubelet reads its interfaces")
 
@@ -135,9 +133,9 @@ func decide(c *ir.Cluster, p *plan, h hostFacts, tree *targets.Tree, target pipe
 		if err != nil {
 			return nil, err
 		}
-		a.files["lib/modules/"+release+"/modules.builtin"] = modulesBuiltin(have)
-		init.WriteString("# The modules.builtin stand-in's indexes, for modprobe.\nd=/lib/modules/$(uname -r)\nif [ -f \"$d/modules.builtin\" ] && [ ! -f \"$d/modules.builtin.bin\" ]; then depmod 2>/dev/null; fi\n")
-		a.add("modules-builtin", "a modules.builtin stand-in in each machine's /lib/modules/"+release+" ("+strings.Join(have, ", ")+")",
+		a.files[layout.ModulesDir+release+"/modules.builtin"] = modulesBuiltin(have)
+		init.WriteString("# The modules.builtin stand-in's indexes, for modprobe.\nd=" + layout.Abs(layout.ModulesDir) + "$(uname -r)\nif [ -f \"$d/modules.builtin\" ] && [ ! -f \"$d/modules.builtin.bin\" ]; then depmod 2>/dev/null; fi\n")
+		a.add("modules-builtin", "a modules.builtin stand-in in each machine's "+layout.Abs(layout.ModulesDir)+release+" ("+strings.Join(have, ", ")+")",
 			"the machines have none of the host kernel's modules, so modprobe fails even for what the kernel has built in; with the stand-in it answers as on the host")
 	}
 	if h.cgroupV1 {
@@ -147,48 +145,48 @@ func decide(c *ir.Cluster, p *plan, h hostFacts, tree *targets.Tree, target pipe
 	}
 
 	if p.kubelets() > 0 {
-		a.add("containerd-dir", "/var/lib/containerd of each kubelet machine is a directory of the host's, bound in (under the work directory)",
+		a.add("containerd-dir", layout.Abs(layout.ContainerdStateDir)+" of each kubelet machine is a directory of the host's, bound in (under the work directory)",
 			"containerd's overlayfs snapshots cannot have their upper layers on the machine's own overlay root")
 		for _, s := range []struct{ path, value string }{
 			{"vm/overcommit_memory", "1"}, {"kernel/panic", "10"}, {"kernel/panic_on_oops", "1"},
 		} {
 			a.sysctls[s.path] = s.value + "\n"
 		}
-		init.WriteString("# Files over the sysctls the kubelet sets, which are not per-namespace\n# and so read-only in a machine.\nfor s in vm/overcommit_memory kernel/panic kernel/panic_on_oops; do\n\tmount --bind \"/.kcompile-up/sysctl/$(echo \"$s\" | tr / .)\" \"/proc/sys/$s\"\ndone\n")
+		init.WriteString("# Files over the sysctls the kubelet sets, which are not per-namespace\n# and so read-only in a machine.\nfor s in vm/overcommit_memory kernel/panic kernel/panic_on_oops; do\n\tmount --bind \"" + layout.Abs(layout.UpSysctlDir) + "$(echo \"$s\" | tr / .)\" \"/proc/sys/$s\"\ndone\n")
 		a.add("sysctl-files", "files bound over /proc/sys/vm/overcommit_memory, kernel/panic and kernel/panic_on_oops (1, 10, 1)",
 			"the kubelet writes these host-wide sysctls, which a machine may not change")
 		if h.cgroupV1 && c.Kubelet.FailCgroupV1 {
 			a.failCgroupV1 = true
-			a.add("fail-cgroupv1", "kubelet started with --fail-cgroupv1=false (a drop-in, etc/systemd/system/kubelet.service.d/50-kcompile-up.conf)",
+			a.add("fail-cgroupv1", "kubelet started with --fail-cgroupv1=false (a drop-in, "+layout.UnitDropIn("kubelet.service", layout.UpDropIn)+")",
 				"this host has cgroup v1 and the spec leaves kubelet.failCgroupV1 true; set it to false in the spec to compile this in")
 		}
 		if h.noSysResource && c.Runtime.Engine == "containerd" && !c.Runtime.RestrictOOMScoreAdj {
 			a.restrictOOM = true
-			a.add("restrict-oom-score-adj", "containerd's restrict_oom_score_adj = true, in a copy of its configuration (etc/containerd/kcompile-up.toml, which a drop-in of containerd.service gives it)",
+			a.add("restrict-oom-score-adj", "containerd's restrict_oom_score_adj = true, in a copy of its configuration ("+layout.ContainerdUpConfig+", which a drop-in of containerd.service gives it)",
 				"this host's capability bounding set lacks CAP_SYS_RESOURCE; set runtime.restrictOOMScoreAdj: true in the spec to compile this in")
 		}
 	}
 
-	a.files["etc/resolv.conf"] = resolvConf(c, p)
-	a.add("resolv-conf", "/etc/resolv.conf written in each machine ("+strings.TrimSpace(strings.ReplaceAll(string(a.files["etc/resolv.conf"]), "\n", "; "))+")",
+	a.files[layout.ResolvConf] = resolvConf(c, p)
+	a.add("resolv-conf", layout.Abs(layout.ResolvConf)+" written in each machine ("+strings.TrimSpace(strings.ReplaceAll(string(a.files[layout.ResolvConf]), "\n", "; "))+")",
 		"a host's resolver configuration is the installed system's business, not the tree's; the spec's network.nameservers, or else the gateway")
 	if target != pipeline.CloudInit {
-		a.files["etc/cloud/cloud-init.disabled"] = []byte("# kcompile up: the systemd target carries no cloud-init seed.\n")
-		a.add("cloud-init-disabled", "cloud-init disabled (etc/cloud/cloud-init.disabled)",
+		a.files[layout.CloudInitOff] = []byte("# kcompile up: the systemd target carries no cloud-init seed.\n")
+		a.add("cloud-init-disabled", "cloud-init disabled ("+layout.CloudInitOff+")",
 			"the image carries cloud-init for the cloud-init target; with a systemd tree it has nothing to do and would configure the network by DHCP")
 		a.add("addresses", "node addresses and default routes configured in each machine's network namespace before it boots",
 			"a systemd tree carries no network configuration: on bare metal the installed system has it (the cloud-init target carries the spec's)")
 	}
 	if mirror != "" {
 		a.mirrors = true
-		a.add("mirrors", "registry mirrors written to each machine's /etc/containerd/certs.d ("+mirror+"), and config_path set in containerd's copy of its configuration (etc/containerd/kcompile-up.toml, which a drop-in of containerd.service gives it)",
+		a.add("mirrors", "registry mirrors written to each machine's "+layout.Abs(layout.ContainerdHostsDir)+" ("+mirror+"), and config_path set in containerd's copy of its configuration ("+layout.ContainerdUpConfig+", which a drop-in of containerd.service gives it)",
 			"the spec names no mirror up can serve its images at; set runtime.mirrors to compile one in")
 	}
 	if p.endpoint.IsValid() {
 		a.add("endpoint", "the API endpoint "+p.endpoint.String()+" served by up on the bridge, balancing TCP over the API servers",
 			"no node holds the endpoint's address; on bare metal a load balancer or VIP does")
 	}
-	init.WriteString("exec /lib/systemd/systemd \"$@\"\n")
+	init.WriteString("exec " + layout.Abs(layout.SystemdInit) + " \"$@\"\n")
 	a.init = init.String()
 	return a, nil
 }
@@ -197,7 +195,7 @@ func decide(c *ir.Cluster, p *plan, h hostFacts, tree *targets.Tree, target pipe
 // command line changed by edit: up changes a compiled file only by adding
 // files beside it, which cloud-init's write_files cannot overwrite.
 func execDropIn(tree *targets.Tree, node, unit, why string, edit func([]string) []string) ([]byte, error) {
-	f, ok := tree.Get(targets.NodePath(node, "etc/systemd/system/"+unit))
+	f, ok := tree.Get(layout.NodeTree(node, layout.UnitDir+unit))
 	if !ok {
 		return nil, fmt.Errorf("node %s has no %s", node, unit)
 	}
@@ -230,7 +228,7 @@ func kubeletDropIn(tree *targets.Tree, node string) ([]byte, error) {
 // containerdDropIn runs the compiled containerd with up's copy of its
 // configuration.
 func containerdDropIn(tree *targets.Tree, node string) ([]byte, error) {
-	return execDropIn(tree, node, "containerd.service", "containerd reads up's copy of its configuration, "+containerdUpConfig,
+	return execDropIn(tree, node, "containerd.service", "containerd reads up's copy of its configuration, "+layout.ContainerdUpConfig,
 		func(argv []string) []string {
 			out := argv[:1]
 			for _, a := range argv[1:] {
@@ -238,7 +236,7 @@ func containerdDropIn(tree *targets.Tree, node string) ([]byte, error) {
 					out = append(out, a)
 				}
 			}
-			return append(out, "--config=/"+containerdUpConfig)
+			return append(out, "--config="+layout.Abs(layout.ContainerdUpConfig))
 		})
 }
 
@@ -253,34 +251,27 @@ func (a *adjustments) machineFiles(tree *targets.Tree, m *machine) (map[string][
 		if err != nil {
 			return nil, err
 		}
-		files[kubeletDropInPath] = d
+		files[layout.UnitDropIn("kubelet.service", layout.UpDropIn)] = d
 	}
 	if a.restrictOOM || a.mirrors {
-		f, ok := tree.Get(targets.NodePath(m.name, containerdConfig))
+		f, ok := tree.Get(layout.NodeTree(m.name, layout.ContainerdConfig))
 		if !ok {
-			return nil, fmt.Errorf("node %s has no %s", m.name, containerdConfig)
+			return nil, fmt.Errorf("node %s has no %s", m.name, layout.ContainerdConfig)
 		}
 		d, err := containerdConfigFor(f.Data, a.restrictOOM, a.mirrors)
 		if err != nil {
-			return nil, fmt.Errorf("node %s: %s: %v", m.name, containerdConfig, err)
+			return nil, fmt.Errorf("node %s: %s: %v", m.name, layout.ContainerdConfig, err)
 		}
-		files[containerdUpConfig] = d
-		if files[containerdDropInPath], err = containerdDropIn(tree, m.name); err != nil {
+		files[layout.ContainerdUpConfig] = d
+		if files[layout.UnitDropIn("containerd.service", layout.UpDropIn)], err = containerdDropIn(tree, m.name); err != nil {
 			return nil, err
 		}
 	}
 	for p, v := range a.sysctls {
-		files[".kcompile-up/sysctl/"+strings.ReplaceAll(p, "/", ".")] = []byte(v)
+		files[layout.UpSysctlDir+strings.ReplaceAll(p, "/", ".")] = []byte(v)
 	}
 	return files, nil
 }
-
-const (
-	kubeletDropInPath    = "etc/systemd/system/kubelet.service.d/50-kcompile-up.conf"
-	containerdDropInPath = "etc/systemd/system/containerd.service.d/50-kcompile-up.conf"
-	containerdConfig     = "etc/containerd/config.toml"
-	containerdUpConfig   = "etc/containerd/kcompile-up.toml"
-)
 
 // resolvConf is the resolver configuration of the machines.
 func resolvConf(c *ir.Cluster, p *plan) []byte {
@@ -324,13 +315,13 @@ func containerdConfigFor(config []byte, restrictOOM, hostsDir bool) ([]byte, err
 	if hostsDir {
 		reg := table(table(plugins, "io.containerd.cri.v1.images"), "registry")
 		if _, set := reg["config_path"]; !set {
-			reg["config_path"] = "/etc/containerd/certs.d"
-			what = append(what, "registry config_path = /etc/containerd/certs.d")
+			reg["config_path"] = layout.Abs(layout.ContainerdHostsDir)
+			what = append(what, "registry config_path = "+layout.Abs(layout.ContainerdHostsDir))
 		}
 	}
 	out, err := toml.Marshal(doc)
 	if err != nil {
 		return nil, err
 	}
-	return append([]byte("# Written by kcompile up: the compiled /"+containerdConfig+" with "+strings.Join(what, " and ")+".\n"), out...), nil
+	return append([]byte("# Written by kcompile up: the compiled "+layout.Abs(layout.ContainerdConfig)+" with "+strings.Join(what, " and ")+".\n"), out...), nil
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/kcompile/kcompile/compiler/ir"
 	"github.com/kcompile/kcompile/compiler/pki"
 	"github.com/kcompile/kcompile/fixture"
+	"github.com/kcompile/kcompile/layout"
 	"github.com/kcompile/kcompile/pipeline"
 	"github.com/kcompile/kcompile/targets"
 )
@@ -315,7 +316,7 @@ func checkNodesOwnCertificates(t *testing.T, c *Cluster, tree *targets.Tree) {
 		if m == nil {
 			t.Fatalf("node %s is no machine of the spec", n.Name)
 		}
-		f, ok := tree.Get(targets.NodePath(n.Name, "var/lib/kubelet/pki/kubelet.crt"))
+		f, ok := tree.Get(layout.NodeTree(n.Name, "var/lib/kubelet/pki/kubelet.crt"))
 		if !ok {
 			t.Fatalf("node %s has no kubelet.crt in its tree", n.Name)
 		}

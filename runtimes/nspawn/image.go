@@ -13,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/kcompile/kcompile/layout"
 )
 
 // The base image: Debian bookworm, minbase, with what a node's tree
@@ -77,7 +79,7 @@ func aptMirror() string {
 func ensureImage(cache string, now time.Time, log io.Writer, logf func(string, ...any)) (string, error) {
 	mirror := aptMirror()
 	dir := filepath.Join(cache, "images", imageKey(mirror))
-	if _, err := os.Stat(filepath.Join(dir, "etc", "os-release")); err == nil {
+	if _, err := os.Stat(filepath.Join(dir, layout.OSRelease)); err == nil {
 		return dir, nil
 	}
 	if _, err := exec.LookPath("debootstrap"); err != nil {
@@ -120,7 +122,7 @@ func ensureImage(cache string, now time.Time, log io.Writer, logf func(string, .
 		return "", err
 	}
 	if err := os.Rename(tmp, dir); err != nil {
-		if _, serr := os.Stat(filepath.Join(dir, "etc", "os-release")); serr == nil {
+		if _, serr := os.Stat(filepath.Join(dir, layout.OSRelease)); serr == nil {
 			// Another up built it meanwhile.
 			return dir, nil
 		}
@@ -180,32 +182,32 @@ func finishImage(root string) error {
 	}
 	// debootstrap copies the builder's hostname and resolver; a node gets
 	// its hostname from nspawn (or cloud-init) and its resolver from up.
-	for _, p := range []string{"etc/hostname", "etc/resolv.conf"} {
+	for _, p := range []string{layout.Hostname, layout.ResolvConf} {
 		if err := os.Remove(filepath.Join(root, p)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return err
 		}
 	}
 	// An empty machine-id: each machine gets its own (nspawn --uuid).
-	if err := write("etc/machine-id", nil, 0o444); err != nil {
+	if err := write(layout.MachineID, nil, 0o444); err != nil {
 		return err
 	}
-	if err := write("etc/hosts", []byte("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"), 0o644); err != nil {
+	if err := write(layout.Hosts, []byte("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"), 0o644); err != nil {
 		return err
 	}
 	// cloud-init: NoCloud only (no network probing for other clouds), a
 	// locale the minbase image has, networkd to apply its network
 	// configuration.
-	if err := write("etc/cloud/cloud.cfg.d/90-kcompile-up.cfg", []byte("# kcompile up: a NoCloud seed is all a machine has; C.UTF-8 is the\n# locale a minbase image has.\ndatasource_list: [ NoCloud ]\nlocale: C.UTF-8\n"), 0o644); err != nil {
+	if err := write(layout.CloudInitUpCfg, []byte("# kcompile up: a NoCloud seed is all a machine has; C.UTF-8 is the\n# locale a minbase image has.\ndatasource_list: [ NoCloud ]\nlocale: C.UTF-8\n"), 0o644); err != nil {
 		return err
 	}
-	if err := write("etc/default/locale", []byte("LANG=C.UTF-8\n"), 0o644); err != nil {
+	if err := write(layout.DefaultLocale, []byte("LANG=C.UTF-8\n"), 0o644); err != nil {
 		return err
 	}
 	// cloud-init enables itself through its generator when it finds a
 	// seed; without one (the systemd target) it stays off.
 	links := map[string]string{
-		"etc/systemd/system/multi-user.target.wants/systemd-networkd.service": "/lib/systemd/system/systemd-networkd.service",
-		"etc/systemd/system/sockets.target.wants/systemd-networkd.socket":     "/lib/systemd/system/systemd-networkd.socket",
+		layout.UnitDir + "multi-user.target.wants/systemd-networkd.service": layout.Abs(layout.SystemdLibUnitDir) + "systemd-networkd.service",
+		layout.UnitDir + "sockets.target.wants/systemd-networkd.socket":     layout.Abs(layout.SystemdLibUnitDir) + "systemd-networkd.socket",
 	}
 	for l, target := range links {
 		full := filepath.Join(root, l)
@@ -221,7 +223,7 @@ func finishImage(root string) error {
 	}
 	// Timers that would download package lists on a throw-away machine.
 	for _, t := range []string{"apt-daily.timer", "apt-daily-upgrade.timer", "e2scrub_all.timer", "fstrim.timer"} {
-		_ = os.Remove(filepath.Join(root, "etc/systemd/system/timers.target.wants", t))
+		_ = os.Remove(filepath.Join(root, layout.UnitDir+"timers.target.wants", t))
 	}
 	return nil
 }

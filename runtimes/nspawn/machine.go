@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/kcompile/kcompile/compiler/ir"
+	"github.com/kcompile/kcompile/layout"
 	"github.com/kcompile/kcompile/pipeline"
 )
 
@@ -180,9 +181,9 @@ func (c *Cluster) nspawnArgs(m *machine) []string {
 	}
 	args = append(args, c.adjust.nspawn...)
 	if m.node.RunsPods() {
-		args = append(args, "--bind="+m.containerdDir()+":/var/lib/containerd")
+		args = append(args, "--bind="+m.containerdDir()+":"+layout.Abs(layout.ContainerdStateDir))
 	}
-	return append(args, initPath)
+	return append(args, layout.Abs(layout.UpInit))
 }
 
 // boot starts the machine once: network, then nspawn.

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/kcompile/kcompile/layout"
 	"github.com/kcompile/kcompile/targets"
 )
 
@@ -45,7 +46,7 @@ func moduleSymbols() map[string]string {
 func treeModules(tree *targets.Tree) []string {
 	var mods []string
 	for _, f := range tree.Files() {
-		if !strings.Contains(f.Path, "/etc/modules-load.d/") {
+		if _, rel, ok := layout.SplitTree(f.Path); !ok || !strings.HasPrefix(rel, layout.ModulesLoadDir) {
 			continue
 		}
 		sc := bufio.NewScanner(bytes.NewReader(f.Data))

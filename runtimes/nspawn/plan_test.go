@@ -15,8 +15,8 @@ import (
 	"github.com/kcompile/kcompile/compiler"
 	"github.com/kcompile/kcompile/compiler/ir"
 	"github.com/kcompile/kcompile/fixture"
+	"github.com/kcompile/kcompile/layout"
 	"github.com/kcompile/kcompile/pipeline"
-	"github.com/kcompile/kcompile/targets"
 	"github.com/kcompile/kcompile/targets/systemd"
 	"github.com/kcompile/kcompile/targets/unitfile"
 )
@@ -141,7 +141,7 @@ func TestKubeletDropInRunsTheCompiledCommand(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v\n%s", err, data)
 	}
-	f, _ := tree.Get(targets.NodePath("box", "etc/systemd/system/kubelet.service"))
+	f, _ := tree.Get(layout.NodeTree("box", "etc/systemd/system/kubelet.service"))
 	u, err := unitfile.Parse(f.Data)
 	if err != nil {
 		t.Fatal(err)
@@ -160,7 +160,7 @@ func TestContainerdConfigKeepsTheCompiledOne(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, _ := tree.Get(targets.NodePath("box", containerdConfig))
+	f, _ := tree.Get(layout.NodeTree("box", layout.ContainerdConfig))
 	out, err := containerdConfigFor(f.Data, true, true)
 	if err != nil {
 		t.Fatal(err)

@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/kcompile/kcompile/compiler/ir"
+	"github.com/kcompile/kcompile/layout"
 	"github.com/kcompile/kcompile/pipeline"
 	"github.com/kcompile/kcompile/targets"
 )
@@ -100,7 +101,7 @@ func (c *Cluster) Adjustments() []Adjustment { return slices.Clone(c.adjust.list
 
 // Kubeconfig is the admin kubeconfig's path.
 func (c *Cluster) Kubeconfig() string {
-	return filepath.Join(c.cfg.Work, "tree", "cluster", "admin.conf")
+	return filepath.Join(c.cfg.Work, "tree", layout.ClusterTree("admin.conf"))
 }
 
 func (c *Cluster) logf(format string, args ...any) {
@@ -303,8 +304,8 @@ func (c *Cluster) prepare(ctx context.Context) error {
 			return err
 		}
 	}
-	if _, err := os.Stat(filepath.Join(c.image, "lib", "systemd", "systemd")); err != nil {
-		return fmt.Errorf("image %s has no /lib/systemd/systemd: it is not a systemd root file system", c.image)
+	if _, err := os.Stat(filepath.Join(c.image, layout.SystemdInit)); err != nil {
+		return fmt.Errorf("image %s has no %s: it is not a systemd root file system", c.image, layout.Abs(layout.SystemdInit))
 	}
 	binaries, err := c.binariesLayer()
 	if err != nil {
@@ -484,7 +485,7 @@ func (c *Cluster) layout(m *machine) error {
 	}
 	m.lowers = nil
 	if c.cfg.Target == pipeline.Systemd {
-		m.lowers = append(m.lowers, filepath.Join(c.cfg.Work, "tree", "nodes", m.name))
+		m.lowers = append(m.lowers, filepath.Join(c.cfg.Work, "tree", layout.NodeTree(m.name, "")))
 	}
 	if c.binaries != "" {
 		m.lowers = append(m.lowers, c.binaries)
@@ -494,17 +495,17 @@ func (c *Cluster) layout(m *machine) error {
 	if err != nil {
 		return err
 	}
-	files[strings.TrimPrefix(initPath, "/")] = []byte(c.adjust.init)
+	files[layout.UpInit] = []byte(c.adjust.init)
 	if c.cfg.Target == pipeline.CloudInit {
 		for _, f := range []string{"user-data", "meta-data", "network-config"} {
-			t, ok := c.cfg.CloudInit.Get(targets.NodePath(m.name, f))
+			t, ok := c.cfg.CloudInit.Get(layout.NodeTree(m.name, f))
 			if !ok {
 				if f == "network-config" {
 					continue
 				}
 				return fmt.Errorf("the cloud-init tree has no %s for node %s", f, m.name)
 			}
-			files["var/lib/cloud/seed/nocloud/"+f] = t.Data
+			files[layout.CloudInitNoCloudSeed+f] = t.Data
 		}
 	}
 	mirrors, err := c.mirrorFiles()
@@ -528,7 +529,7 @@ func (c *Cluster) layout(m *machine) error {
 			return err
 		}
 		mode := os.FileMode(0o644)
-		if "/"+n == initPath {
+		if n == layout.UpInit {
 			mode = 0o755
 		}
 		if err := os.WriteFile(full, files[n], mode); err != nil {
@@ -593,7 +594,7 @@ func (c *Cluster) bootAll() error {
 // ready, addons applied, nodes Ready, addons running.
 func (c *Cluster) waitReady(ctx context.Context) error {
 	tree := c.cfg.Systemd
-	admin, ok := tree.Get(targets.ClusterPath("super-admin.conf"))
+	admin, ok := tree.Get(layout.ClusterTree("super-admin.conf"))
 	if !ok {
 		return errors.New("kcompile bug: the cluster tree has no super-admin.conf")
 	}
@@ -650,7 +651,7 @@ func (c *Cluster) waitReady(ctx context.Context) error {
 	}
 	addons := tree.Files()
 	for _, f := range addons {
-		rel, ok := strings.CutPrefix(f.Path, "cluster/addons/")
+		rel, ok := strings.CutPrefix(f.Path, layout.ClusterTree("addons/"))
 		if !ok {
 			continue
 		}
@@ -723,21 +724,21 @@ func (c *Cluster) etcdClient() (*etcdHealth, error) {
 			continue
 		}
 		get := func(p string) ([]byte, error) {
-			f, ok := c.cfg.Systemd.Get(targets.NodePath(m.name, p))
+			f, ok := c.cfg.Systemd.Get(layout.NodeTree(m.name, p))
 			if !ok {
 				return nil, fmt.Errorf("node %s has no %s", m.name, p)
 			}
 			return f.Data, nil
 		}
-		crt, err := get("etc/kubernetes/pki/apiserver-etcd-client.crt")
+		crt, err := get(layout.CertFile(layout.APIServerEtcdClientStem))
 		if err != nil {
 			return nil, err
 		}
-		key, err := get("etc/kubernetes/pki/apiserver-etcd-client.key")
+		key, err := get(layout.KeyFile(layout.APIServerEtcdClientStem))
 		if err != nil {
 			return nil, err
 		}
-		ca, err := get("etc/kubernetes/pki/etcd/ca.crt")
+		ca, err := get(layout.EtcdCACert)
 		if err != nil {
 			return nil, err
 		}

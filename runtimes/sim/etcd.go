@@ -12,7 +12,7 @@ import (
 
 // etcdConfig turns a member's compiled etcd flags into an embedded
 // server's configuration. The members were compiled with their node's own
-// address as their loopback (layout), so their listeners do not collide;
+// address as their loopback (placement), so their listeners do not collide;
 // the metrics listener is left out, since nothing scrapes it here.
 func etcdConfig(flags map[string]string) (*embed.Config, error) {
 	cfg := embed.NewConfig()

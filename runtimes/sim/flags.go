@@ -9,11 +9,12 @@ import (
 	"time"
 
 	"github.com/kcompile/kcompile/compiler/ir"
+	"github.com/kcompile/kcompile/layout"
 	"github.com/kcompile/kcompile/targets/systemd"
 	"github.com/kcompile/kcompile/targets/unitfile"
 )
 
-// layout is how the simulation asks the systemd target for its trees:
+// placement is how the simulation asks the systemd target for its trees:
 // every node's files under the work directory, every node-local listener
 // on the node's own loopback address, and what one process needs of the
 // components besides their compiled flags: the API servers listen on
@@ -29,13 +30,13 @@ import (
 // (examples/large: 3.0 GiB at its peak with the caches, 2.3 without, as
 // fast). One API server keeps them: it is the only reader, and without
 // its cache 10,000 nodes took 157 s to be Ready instead of 83–105 s.
-func layout(treeDir string, addrs *AddressMap, apiServers int) systemd.Options {
+func placement(treeDir string, addrs *AddressMap, apiServers int) systemd.Options {
 	server := []string{"--endpoint-reconciler-type=none"}
 	if apiServers > 1 {
 		server = append(server, "--watch-cache-sizes=leases.coordination.k8s.io#0,nodes#0")
 	}
 	return systemd.Options{
-		Root:     func(node string) string { return filepath.Join(treeDir, "nodes", node) },
+		Root:     func(node string) string { return filepath.Join(treeDir, layout.NodeTree(node, "")) },
 		Loopback: func(node string) netip.Addr { return addrs.Nodes[node] },
 		ExtraArgs: func(node string, c ir.Component) []string {
 			switch c {
@@ -52,7 +53,7 @@ func layout(treeDir string, addrs *AddressMap, apiServers int) systemd.Options {
 // unit is one of a node's units as the systemd target built it.
 func (s *Sim) unit(node, name string) (unitfile.File, error) {
 	if n, ok := s.node(node); ok {
-		for _, u := range systemd.NodeUnits(s.cluster, n, s.layout) {
+		for _, u := range systemd.NodeUnits(s.cluster, n, s.placement) {
 			if u.Name == name {
 				return u.Unit, nil
 			}

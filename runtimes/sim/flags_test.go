@@ -14,6 +14,7 @@ import (
 
 	"github.com/kcompile/kcompile/compiler"
 	"github.com/kcompile/kcompile/compiler/pki"
+	"github.com/kcompile/kcompile/layout"
 	"github.com/kcompile/kcompile/targets"
 	"github.com/kcompile/kcompile/targets/systemd"
 	"github.com/kcompile/kcompile/targets/unitfile"
@@ -146,7 +147,7 @@ func TestAdmissionPluginsAreKubeAPIServers(t *testing.T) {
 // would read the file.
 func treeArgs(t *testing.T, tree *targets.Tree, node, unit string) []string {
 	t.Helper()
-	f, ok := tree.Get(targets.NodePath(node, "etc/systemd/system/"+unit))
+	f, ok := tree.Get(layout.NodeTree(node, "etc/systemd/system/"+unit))
 	if !ok {
 		t.Fatalf("%s has no %s", node, unit)
 	}

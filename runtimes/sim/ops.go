@@ -27,7 +27,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/kcompile/kcompile/compiler/ir"
-	"github.com/kcompile/kcompile/compiler/pki"
+	"github.com/kcompile/kcompile/layout"
 	"github.com/kcompile/kcompile/targets"
 )
 
@@ -38,7 +38,7 @@ import (
 func (s *Sim) applyAddons(ctx context.Context, nodes bool) error {
 	var files []targets.File
 	for _, f := range s.tree.Files() {
-		if !strings.HasPrefix(f.Path, "cluster/addons/") || strings.Contains(f.Path, "-cni-") {
+		if !strings.HasPrefix(f.Path, layout.ClusterTree("addons/")) || strings.Contains(f.Path, "-cni-") {
 			continue
 		}
 		if strings.HasSuffix(f.Path, "-nodes.yaml") == nodes {
@@ -377,7 +377,7 @@ func (s *Sim) AdminConfig() *rest.Config { return rest.CopyConfig(s.admin) }
 // NodeConfig is a client configuration with a node's own compiled
 // kubelet credentials.
 func (s *Sim) NodeConfig(node string) (*rest.Config, error) {
-	kc, ok := s.tree.Get(targets.NodePath(node, pki.KubeletKubeconfig))
+	kc, ok := s.tree.Get(layout.NodeTree(node, layout.KubeletKubeconfig))
 	if !ok {
 		return nil, fmt.Errorf("node %s has no kubelet credentials", node)
 	}

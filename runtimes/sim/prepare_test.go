@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/kcompile/kcompile/compiler/pki"
-	"github.com/kcompile/kcompile/targets"
+	"github.com/kcompile/kcompile/layout"
 	"github.com/kcompile/kcompile/targets/systemd"
 )
 
@@ -25,7 +25,7 @@ func TestPreparationIsTheBuild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	full, err := systemd.Build(m, p.layout)
+	full, err := systemd.Build(m, p.placement)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +37,7 @@ func TestPreparationIsTheBuild(t *testing.T) {
 	}
 	workers := 0
 	for _, n := range p.cluster.Nodes {
-		prefix := targets.NodePath(n.Name, "")
+		prefix := layout.NodeTree(n.Name, "")
 		var got []string
 		for _, f := range p.tree.Files() {
 			if strings.HasPrefix(f.Path, prefix) {
@@ -53,7 +53,7 @@ func TestPreparationIsTheBuild(t *testing.T) {
 			continue
 		}
 		workers++
-		if strings.Join(got, " ") != pki.KubeletKubeconfig+" "+pki.ClusterCACert {
+		if strings.Join(got, " ") != layout.KubeletKubeconfig+" "+layout.ClusterCACert {
 			t.Errorf("worker %s gets %v, want its CA certificate and kubelet kubeconfig", n.Name, got)
 		}
 	}

@@ -50,6 +50,7 @@ import (
 
 	"github.com/kcompile/kcompile/compiler/ir"
 	"github.com/kcompile/kcompile/compiler/pki"
+	"github.com/kcompile/kcompile/layout"
 	"github.com/kcompile/kcompile/targets"
 	"github.com/kcompile/kcompile/targets/systemd"
 )
@@ -74,9 +75,9 @@ type Sim struct {
 	index map[string]int
 	addrs *AddressMap
 	tree  *targets.Tree
-	// layout is how the trees were asked for: under the work directory,
+	// placement is how the trees were asked for: under the work directory,
 	// on the nodes' own addresses.
-	layout systemd.Options
+	placement systemd.Options
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -139,7 +140,7 @@ func Start(ctx context.Context, c *ir.Cluster, b *pki.Bundle, opts Options) (*Si
 	if err != nil {
 		return nil, err
 	}
-	s := &Sim{opts: opts, cluster: p.cluster, index: p.index, addrs: p.addrs, tree: p.tree, layout: p.layout,
+	s := &Sim{opts: opts, cluster: p.cluster, index: p.index, addrs: p.addrs, tree: p.tree, placement: p.placement,
 		etcd: map[string]*embed.Etcd{}, components: map[string]*component{}, kubelets: map[string]*kubelet{},
 		prepared: time.Since(began), componentStopped: new(atomic.Bool)}
 	// The simulation owns the process (see exitHook).
@@ -160,11 +161,11 @@ func (s *Sim) Prepared() time.Duration { return s.prepared }
 // preparation is what a simulation runs: the cluster on its loopback
 // addresses, its compiled trees and how they were laid out.
 type preparation struct {
-	cluster *ir.Cluster
-	index   map[string]int
-	addrs   *AddressMap
-	tree    *targets.Tree
-	layout  systemd.Options
+	cluster   *ir.Cluster
+	index     map[string]int
+	addrs     *AddressMap
+	tree      *targets.Tree
+	placement systemd.Options
 }
 
 // prepare issues the PKI for the loopback addresses, builds the trees
@@ -200,7 +201,7 @@ func prepare(c *ir.Cluster, b *pki.Bundle, opts Options) (*preparation, error) {
 			apiServers++
 		}
 	}
-	sdOpts := layout(treeDir, addrs, apiServers)
+	sdOpts := placement(treeDir, addrs, apiServers)
 	sdOpts.Trees = runsProcesses
 	tree, err := systemd.Build(m, sdOpts)
 	if err != nil {
@@ -209,14 +210,14 @@ func prepare(c *ir.Cluster, b *pki.Bundle, opts Options) (*preparation, error) {
 	if _, err := targets.Write(treeDir, processTree(mapped, tree), targets.WriteOptions{}); err != nil {
 		return nil, err
 	}
-	admin, ok := tree.Get(targets.ClusterPath("admin.conf"))
+	admin, ok := tree.Get(layout.ClusterTree("admin.conf"))
 	if !ok {
 		return nil, errors.New("kcompile bug: no cluster/admin.conf")
 	}
 	if err := os.WriteFile(filepath.Join(work, AdminKubeconfig), admin.Data, 0o600); err != nil {
 		return nil, err
 	}
-	return &preparation{cluster: mapped, index: index, addrs: addrs, tree: tree, layout: sdOpts}, nil
+	return &preparation{cluster: mapped, index: index, addrs: addrs, tree: tree, placement: sdOpts}, nil
 }
 
 // nodeIndex maps node names to their positions in c.Nodes.
@@ -296,11 +297,8 @@ func processTree(c *ir.Cluster, tree *targets.Tree) *targets.Tree {
 	}
 	out := targets.NewTree()
 	for _, f := range tree.Files() {
-		if rest, ok := strings.CutPrefix(f.Path, "nodes/"); ok {
-			node, _, _ := strings.Cut(rest, "/")
-			if !keep[node] {
-				continue
-			}
+		if node, _, ok := layout.SplitTree(f.Path); ok && !keep[node] {
+			continue
 		}
 		// The paths and modes come from a valid tree: Add cannot fail.
 		_ = out.Add(f.Path, f.Data, f.Mode)
@@ -331,7 +329,7 @@ func (s *Sim) boot(ctx context.Context) error {
 			}
 		}
 	}
-	super, ok := s.tree.Get(targets.ClusterPath("super-admin.conf"))
+	super, ok := s.tree.Get(layout.ClusterTree("super-admin.conf"))
 	if !ok {
 		return errors.New("kcompile bug: no cluster/super-admin.conf")
 	}
@@ -790,7 +788,7 @@ func (s *Sim) newKubelet(n ir.Node) (*kubelet, error) {
 	if err != nil {
 		return nil, fmt.Errorf("node %s: %w", n.Name, err)
 	}
-	kc, ok := s.tree.Get(targets.NodePath(n.Name, pki.KubeletKubeconfig))
+	kc, ok := s.tree.Get(layout.NodeTree(n.Name, layout.KubeletKubeconfig))
 	if !ok {
 		return nil, fmt.Errorf("kcompile bug: node %s has no kubelet.conf", n.Name)
 	}

@@ -18,14 +18,17 @@ import (
 	"github.com/kcompile/kcompile/compiler/diag"
 	"github.com/kcompile/kcompile/compiler/ir"
 	"github.com/kcompile/kcompile/compiler/pki"
+	"github.com/kcompile/kcompile/layout"
 	"github.com/kcompile/kcompile/targets"
 )
 
 // startScript is systemd.StartScript, the systemd tree's one command that
-// starts a node on the boot that laid its tree. This package cannot import
-// targets/systemd: its tests use review, which imports this package. A
-// test holds the two to one value.
-const startScript = "/usr/local/lib/kcompile/start"
+// starts a node on the boot that laid its tree, on every system
+// cloud-init starts: all keep kcompile's scripts in layout.LibDir
+// (Flatcar, whose /usr is read-only, boots with Ignition). This package
+// cannot import targets/systemd: its tests use review, which imports
+// this package. A test holds the two to one value.
+var startScript = layout.Abs(layout.LibDir + "/" + layout.StartScript)
 
 // writeFile is one entry of write_files.
 type writeFile struct {
@@ -99,7 +102,7 @@ func pack(m *pki.Material, sd *targets.Tree) (*targets.Tree, error) {
 		}
 		for name, data := range map[string][]byte{"user-data": ud, "meta-data": md, "network-config": nc} {
 			// user-data holds private keys.
-			if err := out.Add(targets.NodePath(n.Name, name), data, 0o600); err != nil {
+			if err := out.Add(layout.NodeTree(n.Name, name), data, 0o600); err != nil {
 				return nil, err
 			}
 		}
@@ -111,7 +114,7 @@ func pack(m *pki.Material, sd *targets.Tree) (*targets.Tree, error) {
 func nodeUserData(c *ir.Cluster, n ir.Node, files []targets.File) ([]byte, error) {
 	ud := userData{Hostname: n.Name}
 	for _, u := range c.Users {
-		cu := user{Name: u.Name, SSHAuthorizedKeys: u.SSHAuthorizedKeys, Shell: "/bin/bash", LockPasswd: true}
+		cu := user{Name: u.Name, SSHAuthorizedKeys: u.SSHAuthorizedKeys, Shell: layout.Abs(layout.LoginShell), LockPasswd: true}
 		if u.Sudo {
 			// Keys only, no password: sudo cannot ask for one.
 			cu.Sudo = "ALL=(ALL) NOPASSWD:ALL"
@@ -127,7 +130,7 @@ func nodeUserData(c *ir.Cluster, n ir.Node, files []targets.File) ([]byte, error
 		}
 		ud.WriteFiles = append(ud.WriteFiles, wf)
 		start = start || f.Path == startScript
-		if f.Path == "/etc/modules-load.d/kubernetes.conf" {
+		if f.Path == layout.Abs(layout.ModulesConf) {
 			for _, l := range strings.Split(string(f.Data), "\n") {
 				if l != "" && !strings.HasPrefix(l, "#") {
 					modules = append(modules, l)

@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/kcompile/kcompile/fixture"
+	"github.com/kcompile/kcompile/layout"
 
 	"sigs.k8s.io/yaml"
 
@@ -54,7 +55,7 @@ func TestUserDataCarriesTheSystemdTree(t *testing.T) {
 			if n.OS.Ignition() {
 				continue // the ignition target's
 			}
-			f, ok := tree.Get(targets.NodePath(n.Name, "user-data"))
+			f, ok := tree.Get(layout.NodeTree(n.Name, "user-data"))
 			if !ok || f.Mode != 0o600 || !bytes.HasPrefix(f.Data, []byte("#cloud-config\n")) {
 				t.Fatalf("%s/%s: user-data missing, not 0600 or not #cloud-config", name, n.Name)
 			}
@@ -64,7 +65,7 @@ func TestUserDataCarriesTheSystemdTree(t *testing.T) {
 			}
 			want := map[string]targets.File{}
 			for _, sf := range sd.Files() {
-				if p, ok := strings.CutPrefix(sf.Path, targets.NodePath(n.Name, "")); ok {
+				if p, ok := strings.CutPrefix(sf.Path, layout.NodeTree(n.Name, "")); ok {
 					want["/"+p] = sf
 				}
 			}
@@ -108,7 +109,7 @@ func TestDecodeRoundTrip(t *testing.T) {
 			if n.OS.Ignition() {
 				continue // the ignition target's
 			}
-			f, _ := tree.Get(targets.NodePath(n.Name, "user-data"))
+			f, _ := tree.Get(layout.NodeTree(n.Name, "user-data"))
 			d, err := Decode(f.Data)
 			if err != nil {
 				t.Fatalf("%s/%s: %v", name, n.Name, err)
@@ -203,7 +204,7 @@ func TestCloudInitSchema(t *testing.T) {
 			if n.OS.Ignition() {
 				continue // the ignition target's
 			}
-			f, _ := tree.Get(targets.NodePath(n.Name, "user-data"))
+			f, _ := tree.Get(layout.NodeTree(n.Name, "user-data"))
 			var top map[string]any
 			if err := yaml.Unmarshal(f.Data, &top); err != nil {
 				t.Fatal(err)
@@ -247,7 +248,7 @@ json.dump(out, sys.stdout)
 	dir := t.TempDir()
 	var files []string
 	for _, n := range m.Cluster.Nodes {
-		f, _ := tree.Get(targets.NodePath(n.Name, "network-config"))
+		f, _ := tree.Get(layout.NodeTree(n.Name, "network-config"))
 		p := filepath.Join(dir, n.Name)
 		if err := os.WriteFile(p, f.Data, 0o600); err != nil {
 			t.Fatal(err)
@@ -280,7 +281,7 @@ json.dump(out, sys.stdout)
 func TestUsersInUserData(t *testing.T) {
 	m := material(t, "ha-stacked")
 	tree := build(t, m)
-	f, _ := tree.Get(targets.NodePath("w01", "user-data"))
+	f, _ := tree.Get(layout.NodeTree("w01", "user-data"))
 	var ud userData
 	if err := yaml.UnmarshalStrict(f.Data, &ud); err != nil {
 		t.Fatal(err)

@@ -6,6 +6,7 @@ import (
 
 	"github.com/kcompile/kcompile/compiler/diag"
 	"github.com/kcompile/kcompile/compiler/ir"
+	"github.com/kcompile/kcompile/layout"
 	"github.com/kcompile/kcompile/targets"
 )
 
@@ -34,7 +35,7 @@ func Sizes(c *ir.Cluster, tree *targets.Tree) []targets.NodeSize {
 		if n.OS.Ignition() {
 			continue
 		}
-		f, _ := tree.Get(targets.NodePath(n.Name, "user-data"))
+		f, _ := tree.Get(layout.NodeTree(n.Name, "user-data"))
 		out = append(out, targets.NodeSize{Node: n.Name, Bytes: len(f.Data)})
 	}
 	return out

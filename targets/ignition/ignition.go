@@ -29,6 +29,7 @@ import (
 	"github.com/kcompile/kcompile/compiler/diag"
 	"github.com/kcompile/kcompile/compiler/ir"
 	"github.com/kcompile/kcompile/compiler/pki"
+	"github.com/kcompile/kcompile/layout"
 	"github.com/kcompile/kcompile/targets"
 )
 
@@ -37,10 +38,6 @@ const ConfigName = "config.ign"
 
 // Version is the Ignition spec version of every config.
 const Version = "3.4.0"
-
-// unitDir is where the systemd tree keeps units; systemd.units enables
-// the ones there with an [Install] section.
-const unitDir = "/etc/systemd/system/"
 
 // Build packs the systemd tree of every Ignition node (sd, built from m)
 // into nodes/<node>/config.ign and keeps the cluster tree as it is. It
@@ -69,7 +66,7 @@ func Build(m *pki.Material, sd *targets.Tree) (*targets.Tree, diag.List, error) 
 			return nil, nil, fmt.Errorf("the config of %s: %w", n.Name, err)
 		}
 		// It carries the node's private keys.
-		if err := out.Add(targets.NodePath(n.Name, ConfigName), raw, 0o600); err != nil {
+		if err := out.Add(layout.NodeTree(n.Name, ConfigName), raw, 0o600); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -102,7 +99,7 @@ func Validate(raw []byte) error {
 func nodeConfig(c *ir.Cluster, n ir.Node, files []targets.File) (types.Config, error) {
 	cfg := types.Config{Ignition: types.Ignition{Version: Version}}
 	cfg.Passwd = passwd(c, n)
-	host, err := file("/etc/hostname", []byte(n.Name+"\n"), 0o644)
+	host, err := file(layout.Abs(layout.Hostname), []byte(n.Name+"\n"), 0o644)
 	if err != nil {
 		return cfg, err
 	}
@@ -113,18 +110,18 @@ func nodeConfig(c *ir.Cluster, n ir.Node, files []targets.File) (types.Config, e
 	}
 	cfg.Storage.Files = append(cfg.Storage.Files, net)
 	for _, f := range files {
-		if f.Path == "/etc/hostname" || f.Path == net.Path {
+		if f.Path == layout.Abs(layout.Hostname) || f.Path == net.Path {
 			return cfg, fmt.Errorf("kcompile bug: the systemd tree writes %s, which the Ignition target writes itself", f.Path)
 		}
 		// The units too are files, with the tree's modes (owner-only, as
 		// the CIS benchmark asks): systemd.units would write them 0644.
-		// systemd.units enables them.
+		// systemd.units enables those with an [Install] section.
 		sf, err := file(f.Path, f.Data, f.Mode)
 		if err != nil {
 			return cfg, err
 		}
 		cfg.Storage.Files = append(cfg.Storage.Files, sf)
-		if dir, name := path.Split(f.Path); dir == unitDir && installable(f.Data) {
+		if dir, name := path.Split(f.Path); dir == layout.Abs(layout.UnitDir) && installable(f.Data) {
 			cfg.Systemd.Units = append(cfg.Systemd.Units, types.Unit{Name: name, Enabled: ptr(true)})
 		}
 	}
@@ -214,13 +211,13 @@ func networkFile(c *ir.Cluster, n ir.Node) (types.File, error) {
 			return types.File{}, err
 		}
 		// NetworkManager ignores a keyfile others may read.
-		return file("/etc/NetworkManager/system-connections/kcompile.nmconnection", data, 0o600)
+		return file(layout.Abs(layout.NMConnection), data, 0o600)
 	}
 	data, err := networkd(c, n, addrs)
 	if err != nil {
 		return types.File{}, err
 	}
-	return file("/etc/systemd/network/00-kcompile.network", data, 0o644)
+	return file(layout.Abs(layout.NetworkdNetwork), data, 0o644)
 }
 
 // iniWriter writes the key=value files of systemd-networkd and of
@@ -351,11 +348,12 @@ func Decode(raw []byte) (targets.Decoded, error) {
 	var units []types.Unit
 	for _, u := range cfg.Systemd.Units {
 		if u.Contents != nil {
-			files[unitDir+u.Name] = targets.File{Path: unitDir + u.Name, Data: []byte(*u.Contents), Mode: 0o644}
+			p := layout.Abs(layout.UnitDir + u.Name)
+			files[p] = targets.File{Path: p, Data: []byte(*u.Contents), Mode: 0o644}
 		}
 		for _, d := range u.Dropins {
 			if d.Contents != nil {
-				p := unitDir + u.Name + ".d/" + d.Name
+				p := layout.Abs(layout.UnitDropIn(u.Name, d.Name))
 				files[p] = targets.File{Path: p, Data: []byte(*d.Contents), Mode: 0o644}
 			}
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/kcompile/kcompile/compiler/diag"
 	"github.com/kcompile/kcompile/compiler/ir"
 	"github.com/kcompile/kcompile/fixture"
+	"github.com/kcompile/kcompile/layout"
 	"github.com/kcompile/kcompile/targets"
 	"github.com/kcompile/kcompile/targets/cloudinit"
 	"github.com/kcompile/kcompile/targets/ignition"
@@ -42,7 +43,7 @@ func build(t *testing.T) (*ir.Cluster, *targets.Tree, *targets.Tree) {
 func TestConfigsCarryTheTree(t *testing.T) {
 	c, sd, ign := build(t)
 	for _, n := range c.Nodes {
-		f, ok := ign.Get(targets.NodePath(n.Name, ignition.ConfigName))
+		f, ok := ign.Get(layout.NodeTree(n.Name, ignition.ConfigName))
 		if !ok {
 			t.Fatalf("no config for %s", n.Name)
 		}
@@ -156,7 +157,7 @@ func TestBinariesWhereTheSystemMayWrite(t *testing.T) {
 				t.Errorf("%s (%s): the tree writes /%s", n.Name, n.OS, p)
 			}
 		}
-		unit, _ := sd.Get(targets.NodePath(n.Name, "etc/systemd/system/kubelet.service"))
+		unit, _ := sd.Get(layout.NodeTree(n.Name, "etc/systemd/system/kubelet.service"))
 		if want := "ExecStart=" + n.OS.BinDir() + "/kubelet"; !bytes.Contains(unit.Data, []byte(want)) {
 			t.Errorf("%s: kubelet.service lacks %s", n.Name, want)
 		}
@@ -222,7 +223,7 @@ func TestSpecStringsArriveUnchanged(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, _ := ign.Get(targets.NodePath("w1", ignition.ConfigName))
+	f, _ := ign.Get(layout.NodeTree("w1", ignition.ConfigName))
 	cfg, _, err := v34.Parse(f.Data)
 	if err != nil {
 		t.Fatal(err)

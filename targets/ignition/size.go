@@ -3,6 +3,7 @@ package ignition
 import (
 	"github.com/kcompile/kcompile/compiler/diag"
 	"github.com/kcompile/kcompile/compiler/ir"
+	"github.com/kcompile/kcompile/layout"
 	"github.com/kcompile/kcompile/targets"
 )
 
@@ -36,7 +37,7 @@ func Sizes(c *ir.Cluster, tree *targets.Tree) []targets.NodeSize {
 		if !n.OS.Ignition() {
 			continue
 		}
-		f, _ := tree.Get(targets.NodePath(n.Name, ConfigName))
+		f, _ := tree.Get(layout.NodeTree(n.Name, ConfigName))
 		out = append(out, targets.NodeSize{Node: n.Name, Bytes: len(f.Data)})
 	}
 	return out

@@ -1,6 +1,7 @@
 package systemd
 
 import (
+	"github.com/kcompile/kcompile/layout"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -31,7 +32,7 @@ func TestSystemdAnalyzeVerify(t *testing.T) {
 			root := scratchRoot(t)
 			var paths []string
 			for _, u := range units {
-				p := filepath.Join(root, unitDir, u.Name)
+				p := filepath.Join(root, layout.UnitDir, u.Name)
 				writeFile(t, p, render(t, u.Unit), 0o644)
 				paths = append(paths, p)
 				parsed, err := unitfile.Parse(render(t, u.Unit))
@@ -45,7 +46,7 @@ func TestSystemdAnalyzeVerify(t *testing.T) {
 				}
 			}
 			// multi-user.target reads the drop-in that wants the units.
-			writeFile(t, filepath.Join(root, bootDropIn), render(t, bootUnit(units)), 0o644)
+			writeFile(t, filepath.Join(root, layout.BootDropIn), render(t, bootUnit(units)), 0o644)
 			args := append([]string{"verify", "--root=" + root, "--man=no", "--generators=no", "multi-user.target"}, paths...)
 			out, err := exec.Command(analyze, args...).CombinedOutput()
 			if err != nil || len(out) > 0 {
@@ -92,11 +93,11 @@ func TestSystemdAnalyzeCatchesMistakes(t *testing.T) {
 	root := scratchRoot(t)
 	u := service("bad", "https://example.com/", nil, nil, "/usr/local/bin/missing", nil)
 	u.Sections[1].Directives = append(u.Sections[1].Directives, unitfile.Directive{Key: "Bogus", Value: "1"})
-	p := filepath.Join(root, unitDir, "bad.service")
+	p := filepath.Join(root, layout.UnitDir, "bad.service")
 	writeFile(t, p, render(t, u), 0o644)
 	dropIn := bootUnit([]UnitFile{{Name: "bad.service", Unit: u}})
 	dropIn.Sections[0].Directives = append(dropIn.Sections[0].Directives, unitfile.Directive{Key: "Wrong", Value: "1"})
-	writeFile(t, filepath.Join(root, bootDropIn), render(t, dropIn), 0o644)
+	writeFile(t, filepath.Join(root, layout.BootDropIn), render(t, dropIn), 0o644)
 	out, _ := exec.Command(analyze, "verify", "--root="+root, "--man=no", "--generators=no", "multi-user.target", p).CombinedOutput()
 	for _, want := range []string{"Bogus", "/usr/local/bin/missing", "kcompile.conf:", "Wrong"} {
 		if !strings.Contains(string(out), want) {

@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/kcompile/kcompile/compiler/ir"
-	"github.com/kcompile/kcompile/compiler/pki"
+	"github.com/kcompile/kcompile/layout"
 	"github.com/kcompile/kcompile/targets"
 	"github.com/kcompile/kcompile/targets/unitfile"
 )
@@ -176,14 +176,14 @@ func TestCISBenchmarkCatchesRegressions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	unit := targets.NodePath(cn.node.Name, unitDir+"kube-apiserver.service")
+	unit := layout.NodeTree(cn.node.Name, layout.UnitDir+"kube-apiserver.service")
 	for _, tc := range []struct {
 		name   string
 		change func(path string, f targets.File) targets.File
 		ids    []string
 	}{
 		{"a key readable by all", func(p string, f targets.File) targets.File {
-			if p == targets.NodePath(cn.node.Name, "etc/kubernetes/pki/apiserver.key") {
+			if p == layout.NodeTree(cn.node.Name, "etc/kubernetes/pki/apiserver.key") {
 				f.Mode = 0o644
 			}
 			return f
@@ -279,7 +279,7 @@ func (kb kubeBench) run(t *testing.T, c *ir.Cluster, tree *targets.Tree, cn cisN
 		t.Fatalf("copying /etc: %v\n%s", err, out)
 	}
 	layNode(t, tree, cn.node.Name, root)
-	prefix := targets.NodePath(cn.node.Name, "")
+	prefix := layout.NodeTree(cn.node.Name, "")
 	for _, d := range []string{"var/lib", "usr/local/bin"} {
 		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
 			t.Fatal(err)
@@ -289,7 +289,7 @@ func (kb kubeBench) run(t *testing.T, c *ir.Cluster, tree *targets.Tree, cn cisN
 	if out, err := exec.Command("systemd-sysusers", "--root="+root).CombinedOutput(); err != nil {
 		t.Fatalf("systemd-sysusers: %v\n%s", err, out)
 	}
-	if p := filepath.Join(root, etcdTmpfilesPath); fileExists(p) {
+	if p := filepath.Join(root, layout.EtcdTmpfilesConf); fileExists(p) {
 		if out, err := exec.Command("systemd-tmpfiles", "--root="+root, "--create", p).CombinedOutput(); err != nil {
 			t.Fatalf("systemd-tmpfiles: %v\n%s", err, out)
 		}
@@ -305,7 +305,7 @@ func (kb kubeBench) run(t *testing.T, c *ir.Cluster, tree *targets.Tree, cn cisN
 		filepath.Join(root, "etc"), filepath.Join(root, "var/lib"), filepath.Join(root, "usr/local"))
 	var names []string
 	for _, f := range tree.Files() {
-		rel, ok := strings.CutPrefix(f.Path, prefix+unitDir)
+		rel, ok := strings.CutPrefix(f.Path, prefix+layout.UnitDir)
 		if !ok || strings.HasPrefix(rel, "kcompile-") {
 			continue
 		}
@@ -406,9 +406,9 @@ func copyCfg(t *testing.T, from, to string) {
 		{"master", "etcd", "etcd.service"},
 		{"etcd", "etcd", "etcd.service"},
 	} {
-		prepend(u.section, u.component, "confs", "/"+unitDir+u.unit)
+		prepend(u.section, u.component, "confs", "/"+layout.UnitDir+u.unit)
 	}
-	prepend("node", "proxy", "kubeconfig", "/"+pki.KubeProxyKubeconfig)
+	prepend("node", "proxy", "kubeconfig", "/"+layout.KubeProxyKubeconfig)
 	out, err := yaml.Marshal(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -544,7 +544,7 @@ func TestAnonymousAuthFollowsSpec(t *testing.T) {
 		c.Security.AnonymousAuth = on
 		n := c.Nodes[0]
 		want := fmt.Sprintf("--anonymous-auth=%t", on)
-		if !slices.Contains(apiServerArgs(c, n, Options{}.layout(n)), want) {
+		if !slices.Contains(apiServerArgs(c, n, Options{}.placement(n)), want) {
 			t.Errorf("anonymousAuth %t: kube-apiserver flags lack %s", on, want)
 		}
 	}

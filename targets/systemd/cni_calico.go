@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/kcompile/kcompile/compiler/ir"
+	"github.com/kcompile/kcompile/layout"
 )
 
 // calicoManifests is Calico's manifest install (upstream
@@ -309,7 +310,7 @@ func calicoNodeDaemonSet(c *ir.Cluster, nodeImage, cniImage string, enc calicoEn
 								calicoConfigEnv("CALICO_NETWORKING_BACKEND", "calico_backend"),
 							},
 							VolumeMounts: []corev1.VolumeMount{
-								{Name: "host-local-net-dir", MountPath: "/var/lib/cni/networks"},
+								{Name: "host-local-net-dir", MountPath: layout.Abs(layout.CNIStateDir)},
 								{Name: "cni-bin-dir", MountPath: "/host/opt/cni/bin"},
 							},
 							SecurityContext: privileged,
@@ -345,7 +346,7 @@ func calicoNodeDaemonSet(c *ir.Cluster, nodeImage, cniImage string, enc calicoEn
 							Command:         []string{"calico-node", "-init", "-best-effort"},
 							VolumeMounts: []corev1.VolumeMount{
 								{Name: "sys-fs", MountPath: "/sys/fs", MountPropagation: &bidirectional},
-								{Name: "var-run-calico", MountPath: "/var/run/calico", MountPropagation: &bidirectional},
+								{Name: "var-run-calico", MountPath: layout.Abs(layout.CalicoRunDir), MountPropagation: &bidirectional},
 								{Name: "nodeproc", MountPath: "/nodeproc", ReadOnly: true},
 							},
 							SecurityContext: privileged,
@@ -370,28 +371,28 @@ func calicoNodeDaemonSet(c *ir.Cluster, nodeImage, cniImage string, enc calicoEn
 							PeriodSeconds: 10, TimeoutSeconds: 10,
 						},
 						VolumeMounts: []corev1.VolumeMount{
-							{Name: "lib-modules", MountPath: "/lib/modules", ReadOnly: true},
-							{Name: "xtables-lock", MountPath: "/run/xtables.lock"},
-							{Name: "var-run-calico", MountPath: "/var/run/calico"},
-							{Name: "var-lib-calico", MountPath: "/var/lib/calico"},
-							{Name: "policysync", MountPath: "/var/run/nodeagent"},
+							{Name: "lib-modules", MountPath: layout.Abs(layout.KernelModulesHostPath), ReadOnly: true},
+							{Name: "xtables-lock", MountPath: layout.Abs(layout.XtablesLock)},
+							{Name: "var-run-calico", MountPath: layout.Abs(layout.CalicoRunDir)},
+							{Name: "var-lib-calico", MountPath: layout.Abs(layout.CalicoStateDir)},
+							{Name: "policysync", MountPath: layout.Abs(layout.CalicoPolicySyncDir)},
 							{Name: "bpffs", MountPath: "/sys/fs/bpf"},
-							{Name: "cni-log-dir", MountPath: "/var/log/calico/cni", ReadOnly: true},
+							{Name: "cni-log-dir", MountPath: layout.Abs(layout.CalicoCNILogDir), ReadOnly: true},
 						},
 					}},
 					Volumes: []corev1.Volume{
-						hostPath("lib-modules", "/lib/modules", ""),
-						hostPath("var-run-calico", "/var/run/calico", corev1.HostPathDirectoryOrCreate),
-						hostPath("var-lib-calico", "/var/lib/calico", corev1.HostPathDirectoryOrCreate),
-						hostPath("xtables-lock", "/run/xtables.lock", corev1.HostPathFileOrCreate),
+						hostPath("lib-modules", layout.Abs(layout.KernelModulesHostPath), ""),
+						hostPath("var-run-calico", layout.Abs(layout.CalicoRunDir), corev1.HostPathDirectoryOrCreate),
+						hostPath("var-lib-calico", layout.Abs(layout.CalicoStateDir), corev1.HostPathDirectoryOrCreate),
+						hostPath("xtables-lock", layout.Abs(layout.XtablesLock), corev1.HostPathFileOrCreate),
 						hostPath("sys-fs", "/sys/fs/", corev1.HostPathDirectoryOrCreate),
 						hostPath("bpffs", "/sys/fs/bpf", corev1.HostPathDirectory),
 						hostPath("nodeproc", "/proc", ""),
-						hostPath("cni-bin-dir", "/opt/cni/bin", corev1.HostPathDirectoryOrCreate),
+						hostPath("cni-bin-dir", layout.Abs(layout.CNIBinDir), corev1.HostPathDirectoryOrCreate),
 						{Name: "cni-net-dir-unused", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
-						hostPath("cni-log-dir", "/var/log/calico/cni", ""),
-						hostPath("host-local-net-dir", "/var/lib/cni/networks", ""),
-						hostPath("policysync", "/var/run/nodeagent", corev1.HostPathDirectoryOrCreate),
+						hostPath("cni-log-dir", layout.Abs(layout.CalicoCNILogDir), ""),
+						hostPath("host-local-net-dir", layout.Abs(layout.CNIStateDir), ""),
+						hostPath("policysync", layout.Abs(layout.CalicoPolicySyncDir), corev1.HostPathDirectoryOrCreate),
 					},
 				},
 			},

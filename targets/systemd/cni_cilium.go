@@ -2,6 +2,7 @@ package systemd
 
 import (
 	"strconv"
+	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -12,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/kcompile/kcompile/compiler/ir"
+	"github.com/kcompile/kcompile/layout"
 )
 
 // ciliumSecretsNamespace is where the chart lets Cilium sync the TLS
@@ -150,7 +152,7 @@ func ciliumConfig(c *ir.Cluster) map[string]string {
 		{"enable-vtep", "false"},
 		{"procfs", "/host/proc"},
 		{"bpf-root", "/sys/fs/bpf"},
-		{"cgroup-root", "/run/cilium/cgroupv2"},
+		{"cgroup-root", layout.Abs(layout.CiliumCgroupRoot)},
 		{"identity-management-mode", "agent"},
 		{"enable-sctp", "false"},
 		{"remove-cilium-node-taints", "true"},
@@ -445,12 +447,12 @@ func ciliumAgent(c *ir.Cluster, image, loopback string) *appsv1.DaemonSet {
 		{Name: "host-proc-sys-net", MountPath: "/host/proc/sys/net"},
 		{Name: "host-proc-sys-kernel", MountPath: "/host/proc/sys/kernel"},
 		{Name: "bpf-maps", MountPath: "/sys/fs/bpf", MountPropagation: hostToContainer},
-		{Name: "cilium-run", MountPath: "/var/run/cilium"},
+		{Name: "cilium-run", MountPath: layout.Abs(layout.CiliumRunDir)},
 		{Name: "cilium-netns", MountPath: "/var/run/cilium/netns", MountPropagation: hostToContainer},
 		{Name: "etc-cni-netd", MountPath: "/host/etc/cni/net.d"},
 		{Name: "clustermesh-secrets", MountPath: "/var/lib/cilium/clustermesh", ReadOnly: true},
-		{Name: "lib-modules", MountPath: "/lib/modules", ReadOnly: true},
-		{Name: "xtables-lock", MountPath: "/run/xtables.lock"},
+		{Name: "lib-modules", MountPath: layout.Abs(layout.KernelModulesHostPath), ReadOnly: true},
+		{Name: "xtables-lock", MountPath: layout.Abs(layout.XtablesLock)},
 		{Name: "tmp", MountPath: "/tmp"},
 	}
 
@@ -463,7 +465,7 @@ func ciliumAgent(c *ir.Cluster, image, loopback string) *appsv1.DaemonSet {
 	// host's namespaces, copied through the CNI binary directory.
 	hostHelpers := []corev1.VolumeMount{{Name: "hostproc", MountPath: "/hostproc"}, {Name: "cni-path", MountPath: "/hostbin"}}
 	mountCgroup := container("mount-cgroup")
-	mountCgroup.Env = []corev1.EnvVar{{Name: "CGROUP_ROOT", Value: "/run/cilium/cgroupv2"}, {Name: "BIN_PATH", Value: "/opt/cni/bin"}}
+	mountCgroup.Env = []corev1.EnvVar{{Name: "CGROUP_ROOT", Value: layout.Abs(layout.CiliumCgroupRoot)}, {Name: "BIN_PATH", Value: layout.Abs(layout.CNIBinDir)}}
 	mountCgroup.Command = []string{"sh", "-ec", "cp /usr/bin/cilium-mount /hostbin/cilium-mount;\n" +
 		"nsenter --cgroup=/hostproc/1/ns/cgroup --mount=/hostproc/1/ns/mnt \"${BIN_PATH}/cilium-mount\" $CGROUP_ROOT;\n" +
 		"rm /hostbin/cilium-mount\n"}
@@ -471,7 +473,7 @@ func ciliumAgent(c *ir.Cluster, image, loopback string) *appsv1.DaemonSet {
 	mountCgroup.SecurityContext = &corev1.SecurityContext{SELinuxOptions: seLinux, Capabilities: caps("SYS_ADMIN", "SYS_CHROOT", "SYS_PTRACE")}
 
 	sysctl := container("apply-sysctl-overwrites")
-	sysctl.Env = []corev1.EnvVar{{Name: "BIN_PATH", Value: "/opt/cni/bin"}}
+	sysctl.Env = []corev1.EnvVar{{Name: "BIN_PATH", Value: layout.Abs(layout.CNIBinDir)}}
 	sysctl.Command = []string{"sh", "-ec", "cp /usr/bin/cilium-sysctlfix /hostbin/cilium-sysctlfix;\n" +
 		"nsenter --mount=/hostproc/1/ns/mnt \"${BIN_PATH}/cilium-sysctlfix\";\n" +
 		"rm /hostbin/cilium-sysctlfix\n"}
@@ -494,8 +496,8 @@ func ciliumAgent(c *ir.Cluster, image, loopback string) *appsv1.DaemonSet {
 	clean.SecurityContext = &corev1.SecurityContext{SELinuxOptions: seLinux, Capabilities: caps("NET_ADMIN", "SYS_MODULE", "SYS_ADMIN", "SYS_RESOURCE")}
 	clean.VolumeMounts = []corev1.VolumeMount{
 		{Name: "bpf-maps", MountPath: "/sys/fs/bpf"},
-		{Name: "cilium-cgroup", MountPath: "/run/cilium/cgroupv2", MountPropagation: hostToContainer},
-		{Name: "cilium-run", MountPath: "/var/run/cilium"},
+		{Name: "cilium-cgroup", MountPath: layout.Abs(layout.CiliumCgroupRoot), MountPropagation: hostToContainer},
+		{Name: "cilium-run", MountPath: layout.Abs(layout.CiliumRunDir)},
 	}
 
 	installCNI := container("install-cni-binaries")
@@ -549,15 +551,15 @@ func ciliumAgent(c *ir.Cluster, image, loopback string) *appsv1.DaemonSet {
 					Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
 					Volumes: []corev1.Volume{
 						{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
-						ciliumHostPath("cilium-run", "/var/run/cilium", corev1.HostPathDirectoryOrCreate),
-						ciliumHostPath("cilium-netns", "/var/run/netns", corev1.HostPathDirectoryOrCreate),
+						ciliumHostPath("cilium-run", layout.Abs(layout.CiliumRunDir), corev1.HostPathDirectoryOrCreate),
+						ciliumHostPath("cilium-netns", layout.Abs(layout.NetnsDir), corev1.HostPathDirectoryOrCreate),
 						ciliumHostPath("bpf-maps", "/sys/fs/bpf", corev1.HostPathDirectoryOrCreate),
 						ciliumHostPath("hostproc", "/proc", corev1.HostPathDirectory),
-						ciliumHostPath("cilium-cgroup", "/run/cilium/cgroupv2", corev1.HostPathDirectoryOrCreate),
-						ciliumHostPath("cni-path", "/opt/cni/bin", corev1.HostPathDirectoryOrCreate),
-						ciliumHostPath("etc-cni-netd", "/etc/cni/net.d", corev1.HostPathDirectoryOrCreate),
-						ciliumHostPath("lib-modules", "/lib/modules", ""),
-						ciliumHostPath("xtables-lock", "/run/xtables.lock", corev1.HostPathFileOrCreate),
+						ciliumHostPath("cilium-cgroup", layout.Abs(layout.CiliumCgroupRoot), corev1.HostPathDirectoryOrCreate),
+						ciliumHostPath("cni-path", layout.Abs(layout.CNIBinDir), corev1.HostPathDirectoryOrCreate),
+						ciliumHostPath("etc-cni-netd", strings.TrimSuffix(layout.Abs(layout.CNIConfDir), "/"), corev1.HostPathDirectoryOrCreate),
+						ciliumHostPath("lib-modules", layout.Abs(layout.KernelModulesHostPath), ""),
+						ciliumHostPath("xtables-lock", layout.Abs(layout.XtablesLock), corev1.HostPathFileOrCreate),
 						{Name: "clustermesh-secrets", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
 							DefaultMode: ptr(int32(0o400)),
 							Sources: []corev1.VolumeProjection{

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/kcompile/kcompile/compiler/ir"
+	"github.com/kcompile/kcompile/layout"
 )
 
 // flannelNamespace is where flannel's kube-flannel.yml puts its objects.
@@ -259,8 +260,8 @@ func flannelManifests(c *ir.Cluster) []runtime.Object {
 							Name:         "install-cni-plugin",
 							Image:        pluginImage,
 							Command:      []string{"cp"},
-							Args:         []string{"-f", "/flannel", "/opt/cni/bin/flannel"},
-							VolumeMounts: []corev1.VolumeMount{{Name: "cni-plugin", MountPath: "/opt/cni/bin"}},
+							Args:         []string{"-f", "/flannel", layout.Abs(layout.CNIBinDir) + "/flannel"},
+							VolumeMounts: []corev1.VolumeMount{{Name: "cni-plugin", MountPath: layout.Abs(layout.CNIBinDir)}},
 						}},
 						Containers: []corev1.Container{{
 							Name:    "kube-flannel",
@@ -285,17 +286,17 @@ func flannelManifests(c *ir.Cluster) []runtime.Object {
 								{Name: "CONT_WHEN_CACHE_NOT_READY", Value: "false"},
 							},
 							VolumeMounts: []corev1.VolumeMount{
-								{Name: "run", MountPath: "/run/flannel"},
+								{Name: "run", MountPath: layout.Abs(layout.FlannelRunDir)},
 								{Name: "flannel-cfg", MountPath: "/etc/kube-flannel/"},
-								{Name: "xtables-lock", MountPath: "/run/xtables.lock"},
+								{Name: "xtables-lock", MountPath: layout.Abs(layout.XtablesLock)},
 							},
 						}},
 						Volumes: []corev1.Volume{
-							hostPath("run", "/run/flannel", nil),
-							hostPath("cni-plugin", "/opt/cni/bin", nil),
+							hostPath("run", layout.Abs(layout.FlannelRunDir), nil),
+							hostPath("cni-plugin", layout.Abs(layout.CNIBinDir), nil),
 							{Name: "flannel-cfg", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
 								LocalObjectReference: corev1.LocalObjectReference{Name: "kube-flannel-cfg"}}}},
-							hostPath("xtables-lock", "/run/xtables.lock", ptr(corev1.HostPathFileOrCreate)),
+							hostPath("xtables-lock", layout.Abs(layout.XtablesLock), ptr(corev1.HostPathFileOrCreate)),
 						},
 					},
 				},

@@ -1,6 +1,7 @@
 package systemd
 
 import (
+	"github.com/kcompile/kcompile/layout"
 	"github.com/kcompile/kcompile/targets/unitfile"
 	"net"
 	"net/netip"
@@ -9,7 +10,6 @@ import (
 	"strings"
 
 	"github.com/kcompile/kcompile/compiler/ir"
-	"github.com/kcompile/kcompile/compiler/pki"
 )
 
 // flag renders --name=value.
@@ -54,14 +54,14 @@ func service(description, doc string, after, requires []string, program string, 
 
 // etcdArgs are the flags of an etcd member: client and peer TLS with
 // client-certificate authentication, the initial cluster of the topology.
-func etcdArgs(c *ir.Cluster, m ir.EtcdMember, l layout) []string {
+func etcdArgs(c *ir.Cluster, m ir.EtcdMember, l placement) []string {
 	listen := m.ClientURL
 	if l.loopback != m.Address {
 		listen = "https://" + net.JoinHostPort(l.loopback.String(), "2379") + "," + listen
 	}
 	return []string{
 		flag("name", m.Name),
-		flag("data-dir", l.at(etcdDataDir)),
+		flag("data-dir", l.at(layout.EtcdDataDir)),
 		flag("listen-client-urls", listen),
 		flag("advertise-client-urls", m.ClientURL),
 		flag("listen-peer-urls", m.PeerURL),
@@ -70,13 +70,13 @@ func etcdArgs(c *ir.Cluster, m ir.EtcdMember, l layout) []string {
 		flag("initial-cluster-state", "new"),
 		flag("initial-cluster-token", c.Name),
 		flag("listen-metrics-urls", "http://"+net.JoinHostPort(l.loopback.String(), "2381")),
-		flag("cert-file", l.at(pki.CertFile(pki.EtcdServerStem))),
-		flag("key-file", l.at(pki.KeyFile(pki.EtcdServerStem))),
-		flag("trusted-ca-file", l.at(pki.EtcdCACert)),
+		flag("cert-file", l.at(layout.CertFile(layout.EtcdServerStem))),
+		flag("key-file", l.at(layout.KeyFile(layout.EtcdServerStem))),
+		flag("trusted-ca-file", l.at(layout.EtcdCACert)),
 		flag("client-cert-auth", "true"),
-		flag("peer-cert-file", l.at(pki.CertFile(pki.EtcdPeerStem))),
-		flag("peer-key-file", l.at(pki.KeyFile(pki.EtcdPeerStem))),
-		flag("peer-trusted-ca-file", l.at(pki.EtcdCACert)),
+		flag("peer-cert-file", l.at(layout.CertFile(layout.EtcdPeerStem))),
+		flag("peer-key-file", l.at(layout.KeyFile(layout.EtcdPeerStem))),
+		flag("peer-trusted-ca-file", l.at(layout.EtcdCACert)),
 		flag("peer-client-cert-auth", "true"),
 		flag("quota-backend-bytes", strconv.FormatInt(c.Etcd.QuotaBackendBytes, 10)),
 		flag("snapshot-count", strconv.Itoa(c.Etcd.SnapshotCount)),
@@ -92,7 +92,7 @@ const tlsCipherSuites = "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,TLS_ECDHE_RSA_W
 	"TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256"
 
 // apiServerArgs are kube-apiserver's flags for a control-plane node.
-func apiServerArgs(c *ir.Cluster, n ir.Node, l layout) []string {
+func apiServerArgs(c *ir.Cluster, n ir.Node, l placement) []string {
 	plugins := append([]string(nil), c.Security.AdmissionPlugins...)
 	sort.Strings(plugins)
 	args := []string{
@@ -108,22 +108,22 @@ func apiServerArgs(c *ir.Cluster, n ir.Node, l layout) []string {
 		// Off unless the spec waives CIS 1.2.1.
 		flag("anonymous-auth", strconv.FormatBool(c.Security.AnonymousAuth)),
 		flag("authorization-mode", "Node,RBAC"),
-		flag("client-ca-file", l.at(pki.ClusterCACert)),
+		flag("client-ca-file", l.at(layout.ClusterCACert)),
 		flag("enable-admission-plugins", strings.Join(plugins, ",")),
 		flag("enable-bootstrap-token-auth", "true"),
-		flag("etcd-cafile", l.at(pki.EtcdCACert)),
-		flag("etcd-certfile", l.at(pki.CertFile(pki.APIServerEtcdClientStem))),
-		flag("etcd-keyfile", l.at(pki.KeyFile(pki.APIServerEtcdClientStem))),
+		flag("etcd-cafile", l.at(layout.EtcdCACert)),
+		flag("etcd-certfile", l.at(layout.CertFile(layout.APIServerEtcdClientStem))),
+		flag("etcd-keyfile", l.at(layout.KeyFile(layout.APIServerEtcdClientStem))),
 		flag("etcd-servers", strings.Join(etcdServers(c, n), ",")),
-		flag("kubelet-certificate-authority", l.at(pki.ClusterCACert)),
-		flag("kubelet-client-certificate", l.at(pki.CertFile(pki.APIServerKubeletClientStem))),
-		flag("kubelet-client-key", l.at(pki.KeyFile(pki.APIServerKubeletClientStem))),
+		flag("kubelet-certificate-authority", l.at(layout.ClusterCACert)),
+		flag("kubelet-client-certificate", l.at(layout.CertFile(layout.APIServerKubeletClientStem))),
+		flag("kubelet-client-key", l.at(layout.KeyFile(layout.APIServerKubeletClientStem))),
 		flag("kubelet-preferred-address-types", "InternalIP,ExternalIP,Hostname"),
 		flag("profiling", "false"),
-		flag("proxy-client-cert-file", l.at(pki.CertFile(pki.FrontProxyClientStem))),
-		flag("proxy-client-key-file", l.at(pki.KeyFile(pki.FrontProxyClientStem))),
+		flag("proxy-client-cert-file", l.at(layout.CertFile(layout.FrontProxyClientStem))),
+		flag("proxy-client-key-file", l.at(layout.KeyFile(layout.FrontProxyClientStem))),
 		flag("requestheader-allowed-names", "front-proxy-client"),
-		flag("requestheader-client-ca-file", l.at(pki.FrontProxyCACert)),
+		flag("requestheader-client-ca-file", l.at(layout.FrontProxyCACert)),
 		flag("requestheader-extra-headers-prefix", "X-Remote-Extra-"),
 		flag("requestheader-group-headers", "X-Remote-Group"),
 		flag("requestheader-username-headers", "X-Remote-User"),
@@ -131,24 +131,24 @@ func apiServerArgs(c *ir.Cluster, n ir.Node, l layout) []string {
 		flag("service-account-issuer", "https://kubernetes.default.svc."+c.Network.Domain),
 		// CIS 1.2.30: tokens live as long as they say.
 		flag("service-account-extend-token-expiration", "false"),
-		flag("service-account-key-file", l.at(pki.ServiceAccountPubKey)),
-		flag("service-account-signing-key-file", l.at(pki.ServiceAccountKey)),
+		flag("service-account-key-file", l.at(layout.ServiceAccountPubKey)),
+		flag("service-account-signing-key-file", l.at(layout.ServiceAccountKey)),
 		flag("service-cluster-ip-range", joinPrefixes(c.Network.ServiceCIDRs)),
-		flag("tls-cert-file", l.at(pki.CertFile(pki.APIServerStem))),
+		flag("tls-cert-file", l.at(layout.CertFile(layout.APIServerStem))),
 		flag("tls-cipher-suites", tlsCipherSuites),
 		flag("tls-min-version", "VersionTLS12"),
-		flag("tls-private-key-file", l.at(pki.KeyFile(pki.APIServerStem))),
+		flag("tls-private-key-file", l.at(layout.KeyFile(layout.APIServerStem))),
 	)
 	if c.Security.EncryptionAtRest {
-		args = append(args, flag("encryption-provider-config", l.at(encryptionConfigPath)))
+		args = append(args, flag("encryption-provider-config", l.at(layout.EncryptionConfig)))
 	}
 	if a := c.Security.Audit; a.Enabled {
 		args = append(args,
 			flag("audit-log-maxage", strconv.Itoa(a.MaxAgeDays)),
 			flag("audit-log-maxbackup", strconv.Itoa(a.MaxBackups)),
 			flag("audit-log-maxsize", strconv.Itoa(a.MaxSizeMB)),
-			flag("audit-log-path", l.at(auditLogPath)),
-			flag("audit-policy-file", l.at(auditPolicyPath)))
+			flag("audit-log-path", l.at(layout.AuditLog)),
+			flag("audit-policy-file", l.at(layout.AuditPolicy)))
 	}
 	sort.Strings(args)
 	return args
@@ -174,25 +174,25 @@ func etcdServers(c *ir.Cluster, n ir.Node) []string {
 // controllerManagerArgs are kube-controller-manager's flags: node CIDR
 // allocation from the pod CIDR, per-controller service-account
 // credentials, CSR signing with the cluster CA.
-func controllerManagerArgs(c *ir.Cluster, l layout) []string {
-	kubeconfig := l.at(pki.ControllerManagerKubeconfig)
+func controllerManagerArgs(c *ir.Cluster, l placement) []string {
+	kubeconfig := l.at(layout.ControllerManagerKubeconfig)
 	args := []string{
 		flag("allocate-node-cidrs", "true"),
 		flag("authentication-kubeconfig", kubeconfig),
 		flag("authorization-kubeconfig", kubeconfig),
 		flag("bind-address", l.loopback.String()),
-		flag("client-ca-file", l.at(pki.ClusterCACert)),
+		flag("client-ca-file", l.at(layout.ClusterCACert)),
 		flag("cluster-cidr", joinPrefixes(c.Network.PodCIDRs)),
 		flag("cluster-name", c.Name),
-		flag("cluster-signing-cert-file", l.at(pki.ClusterCACert)),
-		flag("cluster-signing-key-file", l.at(pki.ClusterCAKey)),
+		flag("cluster-signing-cert-file", l.at(layout.ClusterCACert)),
+		flag("cluster-signing-key-file", l.at(layout.ClusterCAKey)),
 		flag("controllers", "*,bootstrapsigner,tokencleaner"),
 		flag("kubeconfig", kubeconfig),
 		flag("leader-elect", "true"),
 		flag("profiling", "false"),
-		flag("requestheader-client-ca-file", l.at(pki.FrontProxyCACert)),
-		flag("root-ca-file", l.at(pki.ClusterCACert)),
-		flag("service-account-private-key-file", l.at(pki.ServiceAccountKey)),
+		flag("requestheader-client-ca-file", l.at(layout.FrontProxyCACert)),
+		flag("root-ca-file", l.at(layout.ClusterCACert)),
+		flag("service-account-private-key-file", l.at(layout.ServiceAccountKey)),
 		flag("service-cluster-ip-range", joinPrefixes(c.Network.ServiceCIDRs)),
 		// CIS 1.3.1 asks for the threshold to be chosen; this is
 		// Kubernetes' default, written down.
@@ -214,12 +214,12 @@ func controllerManagerArgs(c *ir.Cluster, l layout) []string {
 }
 
 // schedulerArgs are kube-scheduler's flags; the rest is in its config.
-func schedulerArgs(l layout) []string {
+func schedulerArgs(l placement) []string {
 	return []string{
-		flag("authentication-kubeconfig", l.at(pki.SchedulerKubeconfig)),
-		flag("authorization-kubeconfig", l.at(pki.SchedulerKubeconfig)),
+		flag("authentication-kubeconfig", l.at(layout.SchedulerKubeconfig)),
+		flag("authorization-kubeconfig", l.at(layout.SchedulerKubeconfig)),
 		flag("bind-address", l.loopback.String()),
-		flag("config", l.at(schedulerConfigPath)),
+		flag("config", l.at(layout.SchedulerConfig)),
 		// The configuration turns profiling off; with --config the
 		// scheduler ignores this flag, but auditors (CIS 1.4.1) read
 		// the command line.
@@ -267,10 +267,10 @@ func kubeletMaySet(key string) bool {
 
 // kubeletArgs are the kubelet's flags: what KubeletConfiguration cannot
 // say about this node.
-func kubeletArgs(n ir.Node, l layout) []string {
+func kubeletArgs(n ir.Node, l placement) []string {
 	args := []string{
-		flag("config", l.at(kubeletConfigPath)),
-		flag("kubeconfig", l.at(pki.KubeletKubeconfig)),
+		flag("config", l.at(layout.KubeletConfig)),
+		flag("kubeconfig", l.at(layout.KubeletKubeconfig)),
 		flag("hostname-override", n.Name),
 		flag("node-ip", joinAddrs(n.Addresses)),
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"github.com/kcompile/kcompile/layout"
 	"github.com/kcompile/kcompile/targets/unitfile"
 	"io/fs"
 	"net"
@@ -23,28 +24,13 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/kcompile/kcompile/compiler/ir"
-	"github.com/kcompile/kcompile/compiler/pki"
-)
-
-// The components' configurations, relative to a node's root, shared by
-// the files and the units that read them (the PKI's paths are
-// compiler/pki's).
-const (
-	kubeletConfigPath    = "var/lib/kubelet/config.yaml"
-	kubeProxyConfigPath  = "var/lib/kube-proxy/config.conf"
-	schedulerConfigPath  = "etc/kubernetes/scheduler-config.yaml"
-	encryptionConfigPath = "etc/kubernetes/encryption-config.yaml"
-	auditPolicyPath      = "etc/kubernetes/audit-policy.yaml"
-	// auditLogDir is the audit log's directory under /var/log.
-	auditLogDir  = "kubernetes/audit"
-	auditLogPath = "var/log/" + auditLogDir + "/audit.log"
 )
 
 // kubeletConfig is the node's KubeletConfiguration: webhook authentication
 // and authorization with anonymous access off, the serving certificate
 // kcompile issued, the cluster DNS of the spec and the runtime's cgroup
 // driver.
-func kubeletConfig(c *ir.Cluster, n ir.Node, l layout) *kubeletv1beta1.KubeletConfiguration {
+func kubeletConfig(c *ir.Cluster, n ir.Node, l placement) *kubeletv1beta1.KubeletConfiguration {
 	f := false
 	t := true
 	maxPods := int32(n.Capacity.MaxPods)
@@ -56,7 +42,7 @@ func kubeletConfig(c *ir.Cluster, n ir.Node, l layout) *kubeletv1beta1.KubeletCo
 	return &kubeletv1beta1.KubeletConfiguration{
 		TypeMeta: metav1.TypeMeta{APIVersion: "kubelet.config.k8s.io/v1beta1", Kind: "KubeletConfiguration"},
 		Authentication: kubeletv1beta1.KubeletAuthentication{
-			X509:      kubeletv1beta1.KubeletX509Authentication{ClientCAFile: l.at(pki.ClusterCACert)},
+			X509:      kubeletv1beta1.KubeletX509Authentication{ClientCAFile: l.at(layout.ClusterCACert)},
 			Webhook:   kubeletv1beta1.KubeletWebhookAuthentication{Enabled: &t},
 			Anonymous: kubeletv1beta1.KubeletAnonymousAuthentication{Enabled: &f},
 		},
@@ -67,8 +53,8 @@ func kubeletConfig(c *ir.Cluster, n ir.Node, l layout) *kubeletv1beta1.KubeletCo
 		ContainerRuntimeEndpoint: c.Runtime.Socket,
 		MaxPods:                  maxPods,
 		RotateCertificates:       true,
-		TLSCertFile:              l.at(pki.CertFile(pki.KubeletServingStem)),
-		TLSPrivateKeyFile:        l.at(pki.KeyFile(pki.KubeletServingStem)),
+		TLSCertFile:              l.at(layout.CertFile(layout.KubeletServingStem)),
+		TLSPrivateKeyFile:        l.at(layout.KeyFile(layout.KubeletServingStem)),
 		TLSMinVersion:            "VersionTLS12",
 		TLSCipherSuites:          kubeletCipherSuites(),
 		ReadOnlyPort:             0,
@@ -95,14 +81,14 @@ func kubeletCipherSuites() []string {
 // kubeProxyConfig is the KubeProxyConfiguration every node shares; the
 // node's name is given by --hostname-override, which kube-proxy applies
 // over its configuration file.
-func kubeProxyConfig(c *ir.Cluster, l layout) *kubeproxyv1alpha1.KubeProxyConfiguration {
+func kubeProxyConfig(c *ir.Cluster, l placement) *kubeproxyv1alpha1.KubeProxyConfiguration {
 	var cidrs []string
 	for _, p := range c.Network.PodCIDRs {
 		cidrs = append(cidrs, p.String())
 	}
 	cfg := &kubeproxyv1alpha1.KubeProxyConfiguration{
 		TypeMeta:           metav1.TypeMeta{APIVersion: "kubeproxy.config.k8s.io/v1alpha1", Kind: "KubeProxyConfiguration"},
-		ClientConnection:   componentbasev1alpha1.ClientConnectionConfiguration{Kubeconfig: l.at(pki.KubeProxyKubeconfig)},
+		ClientConnection:   componentbasev1alpha1.ClientConnectionConfiguration{Kubeconfig: l.at(layout.KubeProxyKubeconfig)},
 		BindAddress:        "0.0.0.0",
 		MetricsBindAddress: net.JoinHostPort(l.loopback.String(), "10249"),
 		Mode:               kubeproxyv1alpha1.ProxyMode(c.Network.KubeProxyMode),
@@ -115,12 +101,12 @@ func kubeProxyConfig(c *ir.Cluster, l layout) *kubeproxyv1alpha1.KubeProxyConfig
 }
 
 // schedulerConfig is the control-plane node's KubeSchedulerConfiguration.
-func schedulerConfig(l layout) *schedulerv1.KubeSchedulerConfiguration {
+func schedulerConfig(l placement) *schedulerv1.KubeSchedulerConfiguration {
 	t, f := true, false
 	return &schedulerv1.KubeSchedulerConfiguration{
 		TypeMeta:               metav1.TypeMeta{APIVersion: "kubescheduler.config.k8s.io/v1", Kind: "KubeSchedulerConfiguration"},
 		LeaderElection:         componentbasev1alpha1.LeaderElectionConfiguration{LeaderElect: &t},
-		ClientConnection:       componentbasev1alpha1.ClientConnectionConfiguration{Kubeconfig: l.at(pki.SchedulerKubeconfig)},
+		ClientConnection:       componentbasev1alpha1.ClientConnectionConfiguration{Kubeconfig: l.at(layout.SchedulerKubeconfig)},
 		DebuggingConfiguration: componentbasev1alpha1.DebuggingConfiguration{EnableProfiling: &f},
 	}
 }

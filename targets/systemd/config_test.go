@@ -21,13 +21,13 @@ func TestConfigsDecodeStrictly(t *testing.T) {
 		for _, n := range c.Nodes {
 			var cfgs []any
 			if n.RunsPods() {
-				cfgs = append(cfgs, kubeletConfig(c, n, Options{}.layout(n)))
+				cfgs = append(cfgs, kubeletConfig(c, n, Options{}.placement(n)))
 				if n.Runs(ir.ComponentKubeProxy) {
-					cfgs = append(cfgs, kubeProxyConfig(c, Options{}.layout(c.Nodes[0])))
+					cfgs = append(cfgs, kubeProxyConfig(c, Options{}.placement(c.Nodes[0])))
 				}
 			}
 			if n.Runs(ir.ComponentAPIServer) {
-				cfgs = append(cfgs, schedulerConfig(Options{}.layout(c.Nodes[0])), encryptionConfig(c, make([]byte, 32)), auditPolicy())
+				cfgs = append(cfgs, schedulerConfig(Options{}.placement(c.Nodes[0])), encryptionConfig(c, make([]byte, 32)), auditPolicy())
 			}
 			for _, cfg := range cfgs {
 				data, err := marshalConfig(cfg)
@@ -47,7 +47,7 @@ func TestConfigsDecodeStrictly(t *testing.T) {
 
 func TestVerifyConfigRejectsUnknownFields(t *testing.T) {
 	c := compileExample(t, "single-node")
-	cfg := kubeletConfig(c, c.Nodes[0], Options{}.layout(c.Nodes[0]))
+	cfg := kubeletConfig(c, c.Nodes[0], Options{}.placement(c.Nodes[0]))
 	data, err := marshalConfig(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -63,7 +63,7 @@ func TestVerifyConfigRejectsUnknownFields(t *testing.T) {
 func TestKubeletConfig(t *testing.T) {
 	c := compileExample(t, "ha-stacked")
 	w := c.Nodes[3]
-	cfg := kubeletConfig(c, w, Options{}.layout(w))
+	cfg := kubeletConfig(c, w, Options{}.placement(w))
 	if !slices.Equal(cfg.ClusterDNS, []string{"10.96.0.10"}) || cfg.ClusterDomain != "cluster.local" {
 		t.Errorf("DNS %v %q", cfg.ClusterDNS, cfg.ClusterDomain)
 	}
@@ -92,14 +92,14 @@ func TestEncryptionConfigCarriesKey(t *testing.T) {
 func TestCrossArtifactValues(t *testing.T) {
 	c := compileExample(t, "dual-stack")
 	cp := c.Nodes[0]
-	api := strings.Join(apiServerArgs(c, cp, Options{}.layout(cp)), " ")
-	cm := strings.Join(controllerManagerArgs(c, Options{}.layout(c.Nodes[0])), " ")
+	api := strings.Join(apiServerArgs(c, cp, Options{}.placement(cp)), " ")
+	cm := strings.Join(controllerManagerArgs(c, Options{}.placement(c.Nodes[0])), " ")
 	svc := "10.96.0.0/16,fd00:10:96::/112"
 	pods := "10.244.0.0/16,fd00:10:244::/56"
 	if !strings.Contains(api, "--service-cluster-ip-range="+svc) || !strings.Contains(cm, "--service-cluster-ip-range="+svc) {
 		t.Errorf("service CIDRs differ:\n%s\n%s", api, cm)
 	}
-	if !strings.Contains(cm, "--cluster-cidr="+pods) || kubeProxyConfig(c, Options{}.layout(c.Nodes[0])).ClusterCIDR != pods {
+	if !strings.Contains(cm, "--cluster-cidr="+pods) || kubeProxyConfig(c, Options{}.placement(c.Nodes[0])).ClusterCIDR != pods {
 		t.Errorf("pod CIDRs differ")
 	}
 	if !strings.Contains(cm, "--node-cidr-mask-size-ipv4=24") || !strings.Contains(cm, "--node-cidr-mask-size-ipv6=64") {
@@ -122,7 +122,7 @@ func TestCrossArtifactValues(t *testing.T) {
 
 func TestKubeletArgsLeaveRestrictedLabels(t *testing.T) {
 	c := compileExample(t, "ha-stacked")
-	argv := kubeletArgs(c.Nodes[0], Options{}.layout(c.Nodes[0]))
+	argv := kubeletArgs(c.Nodes[0], Options{}.placement(c.Nodes[0]))
 	args := strings.Join(argv, " ")
 	for _, a := range argv {
 		if strings.HasPrefix(a, "--node-labels=") && strings.Contains(a, "node-role.kubernetes.io") {

@@ -3,6 +3,7 @@ package systemd
 import (
 	"context"
 	"fmt"
+	"github.com/kcompile/kcompile/layout"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -96,7 +97,7 @@ func runControlPlane(t *testing.T) {
 	}()
 	logs := map[string]string{}
 	for _, name := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
-		data, err := os.ReadFile(filepath.Join(root, unitDir, name+".service"))
+		data, err := os.ReadFile(filepath.Join(root, layout.UnitDir, name+".service"))
 		if err != nil {
 			t.Fatal(err)
 		}

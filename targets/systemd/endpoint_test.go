@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"github.com/kcompile/kcompile/compiler/ir"
-	"github.com/kcompile/kcompile/compiler/pki"
 	"github.com/kcompile/kcompile/fixture"
+	"github.com/kcompile/kcompile/layout"
 	"github.com/kcompile/kcompile/targets"
 )
 
@@ -25,7 +25,7 @@ func writeNode(t *testing.T, tree *targets.Tree, n string) string {
 // layNode writes node n's files of tree under root, with their modes.
 func layNode(t *testing.T, tree *targets.Tree, n, root string) {
 	t.Helper()
-	prefix := targets.NodePath(n, "")
+	prefix := layout.NodeTree(n, "")
 	for _, f := range tree.Files() {
 		rel, ok := strings.CutPrefix(f.Path, prefix)
 		if !ok {
@@ -48,7 +48,7 @@ func layNode(t *testing.T, tree *targets.Tree, n, root string) {
 // moved under root (the CA and the client certificate are read).
 func checkHAProxy(t *testing.T, root string) {
 	t.Helper()
-	cfg, err := os.ReadFile(filepath.Join(root, haproxyConfigPath))
+	cfg, err := os.ReadFile(filepath.Join(root, layout.HAProxyConfig))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,8 +89,8 @@ func TestEndpointVIP(t *testing.T) {
 		servers = append(servers, "server "+n.Name+" "+n.Address().String()+":6443")
 	}
 	for _, n := range c.Nodes {
-		_, hasProxy := tree.Get(targets.NodePath(n.Name, haproxyConfigPath))
-		_, hasVRRP := tree.Get(targets.NodePath(n.Name, keepalivedConfigPath))
+		_, hasProxy := tree.Get(layout.NodeTree(n.Name, layout.HAProxyConfig))
+		_, hasVRRP := tree.Get(layout.NodeTree(n.Name, layout.KeepalivedConfig))
 		cp := n.Runs(ir.ComponentAPIServer)
 		if hasProxy != cp || hasVRRP != cp {
 			t.Errorf("node %s: HAProxy %t, keepalived %t; want both only on control-plane nodes", n.Name, hasProxy, hasVRRP)
@@ -99,7 +99,7 @@ func TestEndpointVIP(t *testing.T) {
 			continue
 		}
 		root := writeNode(t, tree, n.Name)
-		cfg, _ := os.ReadFile(filepath.Join(root, haproxyConfigPath))
+		cfg, _ := os.ReadFile(filepath.Join(root, layout.HAProxyConfig))
 		for _, want := range append(servers, "bind 10.0.0.10:6443 transparent", "http-check send meth GET uri /readyz", "check-ssl verify required verifyhost kubernetes") {
 			if !strings.Contains(string(cfg), want) {
 				t.Errorf("%s's haproxy.cfg lacks %q", n.Name, want)
@@ -110,10 +110,10 @@ func TestEndpointVIP(t *testing.T) {
 		// keepalived -t checks the interface exists: a namespace with
 		// the node's address on a veth, and the interface found by the
 		// tree's own script.
-		conf := filepath.Join(root, keepalivedConfigPath)
+		conf := filepath.Join(root, layout.KeepalivedConfig)
 		iface := filepath.Join(t.TempDir(), "interface.conf")
 		data, _ := os.ReadFile(conf)
-		if err := os.WriteFile(conf, []byte(strings.Replace(string(data), "include "+vrrpInterfaceFile, "include "+iface, 1)), 0o644); err != nil {
+		if err := os.WriteFile(conf, []byte(strings.Replace(string(data), "include "+layout.Abs(layout.KeepalivedInterface), "include "+iface, 1)), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		script := `set -e
@@ -122,7 +122,7 @@ ip link set eth7 up
 ip addr add "$1/16" dev eth7
 "$2" "$1" "$3"
 keepalived -t -l -f "$4"`
-		out, err := exec.Command("unshare", "-n", "sh", "-c", script, "sh", n.Address().String(), filepath.Join(root, ir.OSDebian.LibDir(), vrrpInterfaceScript), iface, conf).CombinedOutput()
+		out, err := exec.Command("unshare", "-n", "sh", "-c", script, "sh", n.Address().String(), filepath.Join(root, ir.OSDebian.LibDir(), layout.VRRPInterfaceScript), iface, conf).CombinedOutput()
 		if err != nil {
 			t.Errorf("%s: keepalived -t: %v\n%s\n%s", n.Name, err, out, data)
 		}
@@ -140,7 +140,7 @@ keepalived -t -l -f "$4"`
 			}
 		}
 		// The API server leaves the VIP's port free at the VIP.
-		unit, _ := tree.Get(targets.NodePath(n.Name, unitDir+"kube-apiserver.service"))
+		unit, _ := tree.Get(layout.NodeTree(n.Name, layout.UnitDir+"kube-apiserver.service"))
 		if !strings.Contains(string(unit.Data), "--bind-address="+n.Address().String()) {
 			t.Errorf("%s's API server listens on every address, the VIP's too", n.Name)
 		}
@@ -156,11 +156,11 @@ func TestEndpointNodeLocal(t *testing.T) {
 		if !n.RunsPods() {
 			continue
 		}
-		if _, ok := tree.Get(targets.NodePath(n.Name, keepalivedConfigPath)); ok {
+		if _, ok := tree.Get(layout.NodeTree(n.Name, layout.KeepalivedConfig)); ok {
 			t.Errorf("%s has keepalived in mode nodeLocal", n.Name)
 		}
 		root := writeNode(t, tree, n.Name)
-		cfg, err := os.ReadFile(filepath.Join(root, haproxyConfigPath))
+		cfg, err := os.ReadFile(filepath.Join(root, layout.HAProxyConfig))
 		if err != nil {
 			t.Fatalf("%s: %v", n.Name, err)
 		}
@@ -168,18 +168,18 @@ func TestEndpointNodeLocal(t *testing.T) {
 			t.Errorf("%s's haproxy.cfg:\n%s", n.Name, cfg)
 		}
 		checkHAProxy(t, root)
-		kubeconfigs := []string{pki.KubeletKubeconfig}
+		kubeconfigs := []string{layout.KubeletKubeconfig}
 		if n.Runs(ir.ComponentKubeProxy) {
-			kubeconfigs = append(kubeconfigs, pki.KubeProxyKubeconfig)
+			kubeconfigs = append(kubeconfigs, layout.KubeProxyKubeconfig)
 		}
 		for _, kc := range kubeconfigs {
-			f, ok := tree.Get(targets.NodePath(n.Name, kc))
+			f, ok := tree.Get(layout.NodeTree(n.Name, kc))
 			if !ok || !strings.Contains(string(f.Data), `server: "https://127.0.0.1:6444"`) {
 				t.Errorf("%s's %s does not dial the node-local proxy (present: %t)", n.Name, kc, ok)
 			}
 		}
 	}
-	admin, _ := tree.Get(targets.ClusterPath("admin.conf"))
+	admin, _ := tree.Get(layout.ClusterTree("admin.conf"))
 	if !strings.Contains(string(admin.Data), `server: "`+c.Endpoint.URL+`"`) {
 		t.Errorf("admin.conf does not dial the endpoint %s", c.Endpoint.URL)
 	}

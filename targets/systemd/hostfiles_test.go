@@ -3,6 +3,7 @@ package systemd
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/kcompile/kcompile/layout"
 	"reflect"
 	"slices"
 	"strings"
@@ -134,7 +135,7 @@ func TestMirrorFiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := verifyRuntimeFile("nodes/box/"+containerdConfigPath, cfg, c); err != nil ||
+	if err := verifyRuntimeFile("nodes/box/"+layout.ContainerdConfig, cfg, c); err != nil ||
 		!strings.Contains(string(cfg), "config_path = '/etc/containerd/certs.d'") || !strings.Contains(string(cfg), "restrict_oom_score_adj = true") {
 		t.Errorf("containerd config (%v):\n%s", err, cfg)
 	}
@@ -153,8 +154,8 @@ func TestMirrorFiles(t *testing.T) {
 		{docker, swapped[docker]},
 		{docker, append(append([]byte(nil), files[docker]...), "\n[host.'https://evil.example.com']\ncapabilities = ['pull']\n"...)},
 		{docker, append(append([]byte(nil), files[docker]...), "\n[host.'https://z.example.com'.header]\nx = ['y']\n"...)},
-		{containerdConfigPath, []byte(strings.Replace(string(cfg), "config_path = '/etc/containerd/certs.d'", "config_path = '/tmp'", 1))},
-		{containerdConfigPath, []byte(strings.Replace(string(cfg), "restrict_oom_score_adj = true", "restrict_oom_score_adj = false", 1))},
+		{layout.ContainerdConfig, []byte(strings.Replace(string(cfg), "config_path = '/etc/containerd/certs.d'", "config_path = '/tmp'", 1))},
+		{layout.ContainerdConfig, []byte(strings.Replace(string(cfg), "restrict_oom_score_adj = true", "restrict_oom_score_adj = false", 1))},
 	} {
 		if err := verifyRuntimeFile("nodes/box/"+bad.path, bad.data, c); err == nil {
 			t.Errorf("verify accepted %s:\n%s", bad.path, bad.data)
@@ -166,7 +167,7 @@ func TestMirrorFiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg := files[crioRegistriesPath]
+	reg := files[layout.ContainersRegistries]
 	var doc crioRegistries
 	if err := toml.Unmarshal(reg, &doc); err != nil || len(files) != 1 {
 		t.Fatalf("%v %v", err, sortedPaths(files))
@@ -178,10 +179,10 @@ func TestMirrorFiles(t *testing.T) {
 	if !reflect.DeepEqual(doc, want) {
 		t.Errorf("registries.conf.d reads as %+v:\n%s", doc, reg)
 	}
-	if err := verifyRuntimeFile("nodes/box/"+crioRegistriesPath, reg, c); err != nil {
+	if err := verifyRuntimeFile("nodes/box/"+layout.ContainersRegistries, reg, c); err != nil {
 		t.Error(err)
 	}
-	if err := verifyRuntimeFile("nodes/box/"+crioRegistriesPath, []byte(strings.Replace(string(reg), "insecure = true\n", "", 1)), c); err == nil {
+	if err := verifyRuntimeFile("nodes/box/"+layout.ContainersRegistries, []byte(strings.Replace(string(reg), "insecure = true\n", "", 1)), c); err == nil {
 		t.Error("verify accepted an http mirror read as https")
 	}
 
@@ -201,7 +202,7 @@ func TestFailCgroupV1FollowsSpec(t *testing.T) {
 	n := c.Nodes[0]
 	for _, on := range []bool{true, false} {
 		c.Kubelet.FailCgroupV1 = on
-		cfg := kubeletConfig(c, n, Options{}.layout(n))
+		cfg := kubeletConfig(c, n, Options{}.placement(n))
 		data, err := marshalConfig(cfg)
 		if err != nil {
 			t.Fatal(err)

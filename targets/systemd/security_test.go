@@ -1,6 +1,7 @@
 package systemd
 
 import (
+	"github.com/kcompile/kcompile/layout"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -31,7 +32,7 @@ func TestUnitSecurity(t *testing.T) {
 				continue // the same node again, for other checks
 			}
 			root := t.TempDir()
-			dir := filepath.Join(root, unitDir)
+			dir := filepath.Join(root, layout.UnitDir)
 			if err := os.MkdirAll(dir, 0o755); err != nil {
 				t.Fatal(err)
 			}

@@ -11,7 +11,7 @@ import (
 
 	"github.com/kcompile/kcompile/compiler/ir"
 	"github.com/kcompile/kcompile/fixture"
-	"github.com/kcompile/kcompile/targets"
+	"github.com/kcompile/kcompile/layout"
 	"github.com/kcompile/kcompile/targets/unitfile"
 )
 
@@ -24,9 +24,9 @@ func TestBootDropInWantsEveryUnit(t *testing.T) {
 		c := compileExample(t, name)
 		tree := buildExample(t, name)
 		for _, n := range c.Nodes {
-			f, ok := tree.Get(targets.NodePath(n.Name, bootDropIn))
+			f, ok := tree.Get(layout.NodeTree(n.Name, layout.BootDropIn))
 			if !ok || f.Mode != 0o644 {
-				t.Fatalf("%s/%s: no drop-in %s, or not 0644", name, n.Name, bootDropIn)
+				t.Fatalf("%s/%s: no drop-in %s, or not 0644", name, n.Name, layout.BootDropIn)
 			}
 			u, err := unitfile.Parse(f.Data)
 			if err != nil {
@@ -52,7 +52,7 @@ func TestBootDropInWantsEveryUnit(t *testing.T) {
 			before("etcd.service", "kube-apiserver.service")
 			before("containerd.service", "kubelet.service")
 			before("crio.service", "kubelet.service")
-			if s, ok := tree.Get(targets.NodePath(n.Name, StartScript(n.OS)[1:])); !ok || s.Mode != 0o755 || string(s.Data) != startScriptText {
+			if s, ok := tree.Get(layout.NodeTree(n.Name, StartScript(n.OS)[1:])); !ok || s.Mode != 0o755 || string(s.Data) != startScriptText {
 				t.Errorf("%s/%s: no executable start script", name, n.Name)
 			}
 		}
@@ -65,7 +65,7 @@ func TestEtcdDataDirOnFirstBoot(t *testing.T) {
 	c := compileExample(t, "single-node")
 	for _, u := range NodeUnits(c, c.Nodes[0], Options{}) {
 		if u.Name == "etcd.service" {
-			if got := u.Unit.Get("Service", "ReadWritePaths"); !slices.Equal(got, []string{"-/" + etcdDataDir}) {
+			if got := u.Unit.Get("Service", "ReadWritePaths"); !slices.Equal(got, []string{"-/" + layout.EtcdDataDir}) {
 				t.Errorf("ReadWritePaths %v", got)
 			}
 			return
@@ -111,9 +111,9 @@ func TestStartScript(t *testing.T) {
 		t.Fatal(err)
 	}
 	tree := buildExample(t, "single-node")
-	node := targets.NodePath(compileExample(t, "single-node").Nodes[0].Name, "")
+	node := layout.NodeTree(compileExample(t, "single-node").Nodes[0].Name, "")
 	dir := t.TempDir()
-	for _, p := range []string{bootDropIn, StartScript(ir.OSDebian)[1:]} {
+	for _, p := range []string{layout.BootDropIn, StartScript(ir.OSDebian)[1:]} {
 		f, _ := tree.Get(node + p)
 		writeFile(t, filepath.Join(dir, path.Base(p)), f.Data, f.Mode)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/kcompile/kcompile/compiler/ir"
 	"github.com/kcompile/kcompile/compiler/pki"
+	"github.com/kcompile/kcompile/layout"
 	"github.com/kcompile/kcompile/targets"
 )
 
@@ -24,9 +25,9 @@ func nodeFiles(m *pki.Material, tree *targets.Tree, rc *renderCache, opts Option
 		return err
 	}
 	for _, f := range pkiFiles {
-		p := targets.ClusterPath(f.Path)
+		p := layout.ClusterTree(f.Path)
 		if f.Node != "" {
-			p = targets.NodePath(f.Node, f.Path)
+			p = layout.NodeTree(f.Node, f.Path)
 		}
 		if err := tree.Add(p, f.Data, f.Mode); err != nil {
 			return err
@@ -41,9 +42,9 @@ func nodeFiles(m *pki.Material, tree *targets.Tree, rc *renderCache, opts Option
 		if opts.Trees != nil && !opts.Trees(n) {
 			continue
 		}
-		l := opts.layout(n)
+		l := opts.placement(n)
 		add := func(p string, data []byte, mode uint32) error {
-			return tree.Add(targets.NodePath(n.Name, p), data, fileMode(mode))
+			return tree.Add(layout.NodeTree(n.Name, p), data, fileMode(mode))
 		}
 		units := nodeUnits(c, n, l)
 		for _, u := range units {
@@ -54,31 +55,31 @@ func nodeFiles(m *pki.Material, tree *targets.Tree, rc *renderCache, opts Option
 			// Units carry the components' command lines, which name
 			// every key: owner-only, as CIS 1.1.1-1.1.8 and 4.1.1 ask
 			// of the files that start the components.
-			p := path.Join(unitDir, u.Name)
+			p := path.Join(layout.UnitDir, u.Name)
 			if err := add(p, data, 0o600); err != nil {
 				return err
 			}
-			rc.units[targets.NodePath(n.Name, p)] = u.Unit
+			rc.units[layout.NodeTree(n.Name, p)] = u.Unit
 		}
 		if len(units) > 0 {
 			boot := bootUnit(units)
 			data, err := boot.Render()
 			if err != nil {
-				return fmt.Errorf("kcompile bug: %s of node %s: %w", bootDropIn, n.Name, err)
+				return fmt.Errorf("kcompile bug: %s of node %s: %w", layout.BootDropIn, n.Name, err)
 			}
-			if err := add(bootDropIn, data, 0o644); err != nil {
+			if err := add(layout.BootDropIn, data, 0o644); err != nil {
 				return err
 			}
-			rc.units[targets.NodePath(n.Name, bootDropIn)] = boot
-			if err := add(l.lib(startScript), []byte(startScriptText), 0o755); err != nil {
+			rc.units[layout.NodeTree(n.Name, layout.BootDropIn)] = boot
+			if err := add(l.lib(layout.StartScript), []byte(startScriptText), 0o755); err != nil {
 				return err
 			}
 		}
 		if n.Runs(ir.ComponentEtcd) {
-			if err := add(etcdSysusersPath, []byte(etcdSysusers), 0o644); err != nil {
+			if err := add(layout.EtcdSysusersConf, []byte(etcdSysusers), 0o644); err != nil {
 				return err
 			}
-			if err := add(etcdTmpfilesPath, []byte(etcdTmpfiles), 0o644); err != nil {
+			if err := add(layout.EtcdTmpfilesConf, []byte(etcdTmpfiles), 0o644); err != nil {
 				return err
 			}
 		}
@@ -95,17 +96,17 @@ func nodeFiles(m *pki.Material, tree *targets.Tree, rc *renderCache, opts Option
 		if err != nil {
 			return fmt.Errorf("%s: %w", n.Name, err)
 		}
-		if err := add(l.lib(installList), list, 0o644); err != nil {
+		if err := add(l.lib(layout.BinariesList), list, 0o644); err != nil {
 			return err
 		}
-		if err := add(l.lib(installScript), []byte(installScriptText), 0o755); err != nil {
+		if err := add(l.lib(layout.InstallScript), []byte(installScriptText), 0o755); err != nil {
 			return err
 		}
 		configs := map[string]any{}
 		if n.RunsPods() {
-			configs[kubeletConfigPath] = kubeletConfig(c, n, l)
+			configs[layout.KubeletConfig] = kubeletConfig(c, n, l)
 			if n.Runs(ir.ComponentKubeProxy) {
-				configs[kubeProxyConfigPath] = kubeProxyConfig(c, l)
+				configs[layout.KubeProxyConfig] = kubeProxyConfig(c, l)
 			}
 			rp, rc, err := runtimeConfig(c)
 			if err != nil {
@@ -118,7 +119,7 @@ func nodeFiles(m *pki.Material, tree *targets.Tree, rc *renderCache, opts Option
 			for _, f := range []struct {
 				p string
 				b []byte
-			}{{rp, rc}, {cp, cc}, {sysctlConfPath, sysctlConf(c)}, {"etc/modules-load.d/kubernetes.conf", modulesConf(c, n)}} {
+			}{{rp, rc}, {cp, cc}, {layout.SysctlConf, sysctlConf(c)}, {layout.ModulesConf, modulesConf(c, n)}} {
 				if err := add(f.p, f.b, 0o644); err != nil {
 					return err
 				}
@@ -130,9 +131,9 @@ func nodeFiles(m *pki.Material, tree *targets.Tree, rc *renderCache, opts Option
 			}
 		}
 		if n.Runs(ir.ComponentAPIServer) {
-			configs[schedulerConfigPath] = schedulerConfig(l)
+			configs[layout.SchedulerConfig] = schedulerConfig(l)
 			if c.Security.Audit.Enabled {
-				configs[auditPolicyPath] = auditPolicy()
+				configs[layout.AuditPolicy] = auditPolicy()
 			}
 		}
 		for _, p := range sortedPaths(configs) {
@@ -151,7 +152,7 @@ func nodeFiles(m *pki.Material, tree *targets.Tree, rc *renderCache, opts Option
 			if err != nil {
 				return err
 			}
-			if err := add(encryptionConfigPath, data, 0o600); err != nil {
+			if err := add(layout.EncryptionConfig, data, 0o600); err != nil {
 				return err
 			}
 		}

@@ -4,12 +4,14 @@ import (
 	"fmt"
 	"net/netip"
 	"path"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/kcompile/kcompile/compiler/ir"
 	"github.com/kcompile/kcompile/compiler/pki"
+	"github.com/kcompile/kcompile/layout"
 	"github.com/kcompile/kcompile/targets"
 )
 
@@ -37,8 +39,8 @@ type Options struct {
 	Trees func(ir.Node) bool
 }
 
-// layout places one node's files and node-local listeners.
-type layout struct {
+// placement places one node's files and node-local listeners.
+type placement struct {
 	root      string
 	loopback  netip.Addr
 	extraArgs func(ir.Component) []string
@@ -47,8 +49,8 @@ type layout struct {
 	os ir.OS
 }
 
-func (o Options) layout(n ir.Node) layout {
-	l := layout{root: "/", loopback: netip.MustParseAddr("127.0.0.1"), extraArgs: func(ir.Component) []string { return nil }, os: n.OS}
+func (o Options) placement(n ir.Node) placement {
+	l := placement{root: "/", loopback: netip.MustParseAddr("127.0.0.1"), extraArgs: func(ir.Component) []string { return nil }, os: n.OS}
 	if n.Address().Is6() {
 		l.loopback = netip.IPv6Loopback()
 	}
@@ -65,13 +67,13 @@ func (o Options) layout(n ir.Node) layout {
 }
 
 // at is where a component finds the file of the node's tree at rel.
-func (l layout) at(rel string) string { return path.Join(l.root, rel) }
+func (l placement) at(rel string) string { return path.Join(l.root, rel) }
 
 // program is the path of a binary the install unit puts in place.
-func (l layout) program(name string) string { return path.Join(l.os.BinDir(), name) }
+func (l placement) program(name string) string { return path.Join(l.os.BinDir(), name) }
 
 // lib is the tree path of one of kcompile's scripts and lists.
-func (l layout) lib(name string) string { return path.Join(l.os.LibDir(), name)[1:] }
+func (l placement) lib(name string) string { return path.Join(l.os.LibDir(), name)[1:] }
 
 // Build renders every node's root tree and the cluster tree, and verifies
 // them before returning. An error is a compiler bug: the spec was checked.
@@ -128,11 +130,11 @@ func clusterFiles(c *ir.Cluster, tree *targets.Tree) error {
 		if err != nil {
 			return fmt.Errorf("%s: %w", s.name, err)
 		}
-		if err := tree.Add(targets.ClusterPath("addons/"+s.name), data, 0o644); err != nil {
+		if err := tree.Add(layout.ClusterTree("addons/"+s.name), data, 0o644); err != nil {
 			return err
 		}
 	}
-	return tree.Add(targets.ClusterPath("README"), []byte(clusterReadme), 0o644)
+	return tree.Add(layout.ClusterTree("README"), []byte(clusterReadme), 0o644)
 }
 
 const clusterReadme = `This is the cluster tree kcompile built.
@@ -153,7 +155,7 @@ const clusterReadme = `This is the cluster tree kcompile built.
 func verifyAddons(tree *targets.Tree, c *ir.Cluster) error {
 	dnsFound := false
 	for _, f := range tree.Files() {
-		if len(f.Path) < len("cluster/addons/") || f.Path[:len("cluster/addons/")] != "cluster/addons/" {
+		if !strings.HasPrefix(f.Path, layout.ClusterTree("addons/")) {
 			continue
 		}
 		objs, err := decodeManifest(f.Data)

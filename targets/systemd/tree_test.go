@@ -8,6 +8,7 @@ import (
 	"github.com/kcompile/kcompile/compiler/ir"
 	"github.com/kcompile/kcompile/compiler/pki"
 	"github.com/kcompile/kcompile/fixture"
+	"github.com/kcompile/kcompile/layout"
 	"github.com/kcompile/kcompile/targets"
 )
 
@@ -31,14 +32,14 @@ func TestNodeFilesVerify(t *testing.T) {
 			for _, want := range []string{"etc/systemd/system/"} {
 				found := false
 				for _, f := range tree.Files() {
-					found = found || strings.HasPrefix(f.Path, targets.NodePath(n.Name, want))
+					found = found || strings.HasPrefix(f.Path, layout.NodeTree(n.Name, want))
 				}
 				if !found {
 					t.Errorf("%s/%s has no %s", name, n.Name, want)
 				}
 			}
 		}
-		enc, ok := tree.Get(targets.NodePath(c.Nodes[0].Name, "etc/kubernetes/encryption-config.yaml"))
+		enc, ok := tree.Get(layout.NodeTree(c.Nodes[0].Name, "etc/kubernetes/encryption-config.yaml"))
 		if !ok || enc.Mode != 0o600 {
 			t.Errorf("%s: encryption config missing or not 0600: %v", name, enc.Mode)
 		}
@@ -57,13 +58,13 @@ func TestVerifyCatchesInconsistency(t *testing.T) {
 	for _, f := range tree.Files() {
 		data := f.Data
 		switch f.Path {
-		case targets.NodePath("w01", "var/lib/kubelet/config.yaml"):
+		case layout.NodeTree("w01", "var/lib/kubelet/config.yaml"):
 			data = bytes.Replace(data, []byte("10.96.0.10"), []byte("10.96.0.11"), 1)
-		case targets.NodePath("cp2", "etc/systemd/system/kube-controller-manager.service"):
+		case layout.NodeTree("cp2", "etc/systemd/system/kube-controller-manager.service"):
 			data = bytes.Replace(data, []byte("--service-cluster-ip-range=10.96.0.0/12"), []byte("--service-cluster-ip-range=10.97.0.0/16"), 1)
-		case targets.NodePath("w02", "var/lib/kubelet/config.yaml"):
+		case layout.NodeTree("w02", "var/lib/kubelet/config.yaml"):
 			data = append(data, []byte("unknownField: 1\n")...)
-		case targets.NodePath("w03", "etc/kubernetes/kubelet.conf"):
+		case layout.NodeTree("w03", "etc/kubernetes/kubelet.conf"):
 			data = []byte("apiVersion: v1\nkind: Config\nclusters: [ {\n")
 		}
 		if err := bad.Add(f.Path, data, f.Mode); err != nil {

@@ -1,11 +1,11 @@
 package systemd
 
 import (
-	"github.com/kcompile/kcompile/targets/unitfile"
-	"path"
 	"strings"
 
 	"github.com/kcompile/kcompile/compiler/ir"
+	"github.com/kcompile/kcompile/layout"
+	"github.com/kcompile/kcompile/targets/unitfile"
 )
 
 // UnitFile is a unit and the file name it is installed under.
@@ -18,15 +18,13 @@ type UnitFile struct {
 // as the tree built with opts holds them: the simulator runs the
 // components from their command lines.
 func NodeUnits(c *ir.Cluster, n ir.Node, opts Options) []UnitFile {
-	return nodeUnits(c, n, opts.layout(n))
+	return nodeUnits(c, n, opts.placement(n))
 }
-
-const unitDir = "etc/systemd/system/"
 
 // nodeUnits returns the systemd services of a node's components, in the
 // order they start: etcd before the API server, the runtime before the
 // kubelet.
-func nodeUnits(c *ir.Cluster, n ir.Node, l layout) []UnitFile {
+func nodeUnits(c *ir.Cluster, n ir.Node, l placement) []UnitFile {
 	var out []UnitFile
 	args := func(comp ir.Component, compiled []string) []string { return append(compiled, l.extraArgs(comp)...) }
 	members := map[string]ir.EtcdMember{}
@@ -43,7 +41,7 @@ func nodeUnits(c *ir.Cluster, n ir.Node, l layout) []UnitFile {
 		// ExecStartPre that creates the directory too, and a missing
 		// path fails it on a first boot (226/NAMESPACE); etcd's own
 		// ExecStart finds it in place.
-		sandbox(&u, []string{"CAP_DAC_OVERRIDE"}, unitfile.Directive{Key: "ReadWritePaths", Value: "-" + l.at(etcdDataDir)})
+		sandbox(&u, []string{"CAP_DAC_OVERRIDE"}, unitfile.Directive{Key: "ReadWritePaths", Value: "-" + l.at(layout.EtcdDataDir)})
 		out = append(out, UnitFile{"etcd.service", u})
 	}
 	if n.Runs(ir.ComponentAPIServer) {
@@ -52,8 +50,10 @@ func nodeUnits(c *ir.Cluster, n ir.Node, l layout) []UnitFile {
 			after = append(after, "etcd.service")
 		}
 		apiserver := service("Kubernetes API server", docs+"kube-apiserver/", after, nil, l.program("kube-apiserver"), args(ir.ComponentAPIServer, apiServerArgs(c, n, l)))
-		// The audit log is the one place the API server writes.
-		sandbox(&apiserver, nil, unitfile.Directive{Key: "LogsDirectory", Value: auditLogDir}, unitfile.Directive{Key: "LogsDirectoryMode", Value: "0700"})
+		// The audit log is the one place the API server writes
+		// (LogsDirectory= is relative to /var/log).
+		sandbox(&apiserver, nil, unitfile.Directive{Key: "LogsDirectory", Value: strings.TrimPrefix(layout.AuditLogDir, layout.LogDir)},
+			unitfile.Directive{Key: "LogsDirectoryMode", Value: "0700"})
 		kcm := service("Kubernetes controller manager", docs+"kube-controller-manager/",
 			[]string{"kube-apiserver.service"}, nil, l.program("kube-controller-manager"), args(ir.ComponentControllerManager, controllerManagerArgs(c, l)))
 		sandbox(&kcm, nil)
@@ -76,7 +76,7 @@ func nodeUnits(c *ir.Cluster, n ir.Node, l layout) []UnitFile {
 		if n.Runs(ir.ComponentKubeProxy) {
 			out = append(out, UnitFile{"kube-proxy.service", service("Kubernetes network proxy", docs+"kube-proxy/",
 				[]string{"network-online.target"}, nil, l.program("kube-proxy"),
-				args(ir.ComponentKubeProxy, []string{flag("config", l.at(kubeProxyConfigPath)), flag("hostname-override", n.Name)}))})
+				args(ir.ComponentKubeProxy, []string{flag("config", l.at(layout.KubeProxyConfig)), flag("hostname-override", n.Name)}))})
 		}
 	}
 	if len(out) == 0 {
@@ -93,15 +93,15 @@ func nodeUnits(c *ir.Cluster, n ir.Node, l layout) []UnitFile {
 // ours. It names its configuration, though it is the runtime's default,
 // so that the unit says what it reads (kcompile diff restarts it when
 // that changes).
-func runtimeUnit(c *ir.Cluster, l layout) UnitFile {
+func runtimeUnit(c *ir.Cluster, l placement) UnitFile {
 	if c.Runtime.Engine == "cri-o" {
 		u := service("CRI-O container runtime", "https://cri-o.io/", []string{"network-online.target"}, nil,
-			l.program("crio"), append([]string{flag("config-dir", l.at(path.Dir(crioConfigPath)))}, l.extraArgs(ir.ComponentRuntime)...))
+			l.program("crio"), append([]string{flag("config-dir", l.at(layout.CRIODropInDir))}, l.extraArgs(ir.ComponentRuntime)...))
 		withRuntimeLimits(&u)
 		return UnitFile{"crio.service", u}
 	}
 	u := service("containerd container runtime", "https://containerd.io/", []string{"network-online.target", "local-fs.target"}, nil,
-		l.program("containerd"), append([]string{flag("config", l.at(containerdConfigPath))}, l.extraArgs(ir.ComponentRuntime)...))
+		l.program("containerd"), append([]string{flag("config", l.at(layout.ContainerdConfig))}, l.extraArgs(ir.ComponentRuntime)...))
 	withRuntimeLimits(&u)
 	return UnitFile{"containerd.service", u}
 }
@@ -112,7 +112,7 @@ func runtimeUnit(c *ir.Cluster, l layout) UnitFile {
 func withRuntimeLimits(u *unitfile.File) {
 	for i := range u.Sections {
 		if u.Sections[i].Name == "Service" {
-			u.Sections[i].Directives = append([]unitfile.Directive{unitfile.Exec("ExecStartPre", "-", "/sbin/modprobe", "overlay")}, u.Sections[i].Directives...)
+			u.Sections[i].Directives = append([]unitfile.Directive{unitfile.Exec("ExecStartPre", "-", layout.Abs(layout.Modprobe), "overlay")}, u.Sections[i].Directives...)
 			u.Sections[i].Directives = append(u.Sections[i].Directives,
 				unitfile.Directive{Key: "Type", Value: "notify"}, unitfile.Directive{Key: "Delegate", Value: "yes"}, unitfile.Directive{Key: "KillMode", Value: "process"},
 				unitfile.Directive{Key: "OOMScoreAdjust", Value: "-999"}, unitfile.Directive{Key: "TasksMax", Value: "infinity"})
@@ -123,12 +123,9 @@ func withRuntimeLimits(u *unitfile.File) {
 // etcdSysusers and etcdTmpfiles give the data directory the owner and
 // mode CIS 1.1.11 and 1.1.12 ask for: an etcd system user, 0700. etcd
 // itself runs as root, because its keys stay root-owned (CIS 1.1.19).
-const (
-	etcdDataDir      = "var/lib/etcd"
-	etcdSysusersPath = "etc/sysusers.d/kcompile-etcd.conf"
-	etcdTmpfilesPath = "etc/tmpfiles.d/kcompile-etcd.conf"
-	etcdSysusers     = "u etcd - \"etcd data\" /" + etcdDataDir + "\n"
-	etcdTmpfiles     = "d /" + etcdDataDir + " 0700 etcd etcd -\n"
+var (
+	etcdSysusers = "u etcd - \"etcd data\" " + layout.Abs(layout.EtcdDataDir) + "\n"
+	etcdTmpfiles = "d " + layout.Abs(layout.EtcdDataDir) + " 0700 etcd etcd -\n"
 )
 
 // sandbox confines a control-plane daemon: it reads its configuration
@@ -182,7 +179,7 @@ func unsafeBecause(unit string) string {
 	case "kube-proxy.service":
 		return "kube-proxy programs the host's packet filter (iptables, IPVS or nftables), which needs CAP_NET_ADMIN on the host's network"
 	case "kcompile-install.service":
-		return "the installer writes the component binaries under /usr/local/bin, downloading them first"
+		return "the installer writes the component binaries under " + layout.Abs(layout.BinDir) + ", downloading them first"
 	}
 	return ""
 }
@@ -194,8 +191,8 @@ func withEtcdDataDir(u *unitfile.File) {
 		if u.Sections[i].Name == "Service" {
 			u.Sections[i].Directives = append([]unitfile.Directive{
 				// "+": outside the sandbox, which cannot add users.
-				unitfile.Exec("ExecStartPre", "+", "/usr/bin/systemd-sysusers", "/"+etcdSysusersPath),
-				unitfile.Exec("ExecStartPre", "+", "/usr/bin/systemd-tmpfiles", "--create", "/"+etcdTmpfilesPath),
+				unitfile.Exec("ExecStartPre", "+", layout.Abs(layout.SystemdSysusers), layout.Abs(layout.EtcdSysusersConf)),
+				unitfile.Exec("ExecStartPre", "+", layout.Abs(layout.SystemdTmpfiles), "--create", layout.Abs(layout.EtcdTmpfilesConf)),
 			}, u.Sections[i].Directives...)
 		}
 	}

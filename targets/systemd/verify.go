@@ -22,6 +22,7 @@ import (
 
 	"github.com/kcompile/kcompile/compiler/ir"
 	"github.com/kcompile/kcompile/compiler/pki"
+	"github.com/kcompile/kcompile/layout"
 	"github.com/kcompile/kcompile/targets"
 	"github.com/kcompile/kcompile/targets/unitfile"
 )
@@ -66,7 +67,7 @@ func verify(tree *targets.Tree, c *ir.Cluster, rc *renderCache, unverified map[s
 					flags[name] = append(flags[name], value)
 				}
 			}
-		case strings.HasSuffix(p, kubeletConfigPath):
+		case strings.HasSuffix(p, layout.KubeletConfig):
 			if err := rc.once(f.Data, func() error {
 				var cfg kubeletv1beta1.KubeletConfiguration
 				if err := strict(f.Data, &cfg); err != nil {
@@ -79,7 +80,7 @@ func verify(tree *targets.Tree, c *ir.Cluster, rc *renderCache, unverified map[s
 			}); err != nil {
 				fail(p, err)
 			}
-		case strings.HasSuffix(p, kubeProxyConfigPath):
+		case strings.HasSuffix(p, layout.KubeProxyConfig):
 			if err := rc.once(f.Data, func() error {
 				var cfg kubeproxyv1alpha1.KubeProxyConfiguration
 				if err := strict(f.Data, &cfg); err != nil {
@@ -90,17 +91,17 @@ func verify(tree *targets.Tree, c *ir.Cluster, rc *renderCache, unverified map[s
 			}); err != nil {
 				fail(p, err)
 			}
-		case strings.HasSuffix(p, schedulerConfigPath):
+		case strings.HasSuffix(p, layout.SchedulerConfig):
 			var cfg schedulerv1.KubeSchedulerConfiguration
 			if err := strict(f.Data, &cfg); err != nil {
 				fail(p, err)
 			}
-		case strings.HasSuffix(p, auditPolicyPath):
+		case strings.HasSuffix(p, layout.AuditPolicy):
 			var cfg auditv1.Policy
 			if err := strict(f.Data, &cfg); err != nil {
 				fail(p, err)
 			}
-		case strings.HasSuffix(p, encryptionConfigPath):
+		case strings.HasSuffix(p, layout.EncryptionConfig):
 			var cfg apiserverv1.EncryptionConfiguration
 			if err := strict(f.Data, &cfg); err != nil {
 				fail(p, err)
@@ -109,12 +110,12 @@ func verify(tree *targets.Tree, c *ir.Cluster, rc *renderCache, unverified map[s
 			if _, err := libcni.ConfListFromBytes(f.Data); err != nil {
 				fail(p, err)
 			}
-		case strings.HasSuffix(p, "/"+bootDropIn):
+		case strings.HasSuffix(p, "/"+layout.BootDropIn):
 			if err := verifyBootDropIn(tree, p, f.Data, rc); err != nil {
 				fail(p, err)
 			}
-		case strings.Contains(p, "/"+containerdHostsDir+"/") || strings.HasSuffix(p, "/"+crioRegistriesPath) ||
-			strings.HasSuffix(p, "/"+containerdConfigPath):
+		case strings.Contains(p, "/"+layout.ContainerdHostsDir+"/") || strings.HasSuffix(p, "/"+layout.ContainersRegistries) ||
+			strings.HasSuffix(p, "/"+layout.ContainerdConfig):
 			if err := rc.once(f.Data, func() error { return verifyRuntimeFile(p, f.Data, c) }); err != nil {
 				fail(p, err)
 			}
@@ -122,12 +123,10 @@ func verify(tree *targets.Tree, c *ir.Cluster, rc *renderCache, unverified map[s
 			if _, err := verifyTOML(f.Data); err != nil {
 				fail(p, err)
 			}
-		case strings.HasSuffix(p, ".conf") && strings.Contains(p, "/etc/kubernetes/") || strings.HasSuffix(p, "kubeconfig") ||
-			strings.HasSuffix(p, "kubeconfig.conf") || strings.HasPrefix(p, "cluster/") && strings.HasSuffix(p, ".conf"):
-			if rest, ok := strings.CutPrefix(p, "nodes/"); ok {
-				if node, _, _ := strings.Cut(rest, "/"); unverified[node] {
-					continue
-				}
+		case strings.HasSuffix(p, ".conf") && strings.Contains(p, "/"+layout.KubernetesDir) || strings.HasSuffix(p, "kubeconfig") ||
+			strings.HasSuffix(p, "kubeconfig.conf") || strings.HasPrefix(p, layout.ClusterTree("")) && strings.HasSuffix(p, ".conf"):
+			if node, _, ok := layout.SplitTree(p); ok && unverified[node] {
+				continue
 			}
 			kubeconfigs = append(kubeconfigs, f)
 		}
@@ -226,9 +225,9 @@ func verifyBootDropIn(tree *targets.Tree, p string, data []byte, rc *renderCache
 	if err := sameUnit(rc.units[p], u); err != nil {
 		return err
 	}
-	node := strings.TrimSuffix(p, bootDropIn)
+	node := strings.TrimSuffix(p, layout.BootDropIn)
 	for _, name := range u.Get("Unit", "Wants") {
-		if _, ok := tree.Get(node + unitDir + name); !ok {
+		if _, ok := tree.Get(node + layout.UnitDir + name); !ok {
 			return fmt.Errorf("wants %s, which the node's tree does not have", name)
 		}
 	}
@@ -246,7 +245,7 @@ func verifyRuntimeFile(p string, data []byte, c *ir.Cluster) error {
 	}
 	rt := c.Runtime
 	switch {
-	case strings.HasSuffix(p, "/"+containerdConfigPath):
+	case strings.HasSuffix(p, "/"+layout.ContainerdConfig):
 		var cfg struct {
 			Plugins struct {
 				Images struct {
@@ -264,7 +263,7 @@ func verifyRuntimeFile(p string, data []byte, c *ir.Cluster) error {
 		}
 		want := ""
 		if len(rt.Mirrors) > 0 {
-			want = "/" + containerdHostsDir
+			want = layout.Abs(layout.ContainerdHostsDir)
 		}
 		if got := cfg.Plugins.Images.Registry.ConfigPath; got != want {
 			return fmt.Errorf("registry config_path is %q, not %q", got, want)
@@ -272,7 +271,7 @@ func verifyRuntimeFile(p string, data []byte, c *ir.Cluster) error {
 		if cfg.Plugins.Runtime.RestrictOOMScoreAdj != rt.RestrictOOMScoreAdj {
 			return fmt.Errorf("restrict_oom_score_adj is %t, not the spec's %t", cfg.Plugins.Runtime.RestrictOOMScoreAdj, rt.RestrictOOMScoreAdj)
 		}
-	case strings.HasSuffix(p, "/"+crioRegistriesPath):
+	case strings.HasSuffix(p, "/"+layout.ContainersRegistries):
 		var got crioRegistries
 		if err := strict(&got); err != nil {
 			return err

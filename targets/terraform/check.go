@@ -7,6 +7,7 @@ import (
 
 	"github.com/kcompile/kcompile/compiler/diag"
 	"github.com/kcompile/kcompile/compiler/ir"
+	"github.com/kcompile/kcompile/layout"
 	"github.com/kcompile/kcompile/targets"
 	"github.com/kcompile/kcompile/targets/ignition"
 )
@@ -118,7 +119,7 @@ func Sizes(c *ir.Cluster, tree *targets.Tree) []targets.NodeSize {
 			}
 		}
 		for _, name := range names {
-			f, _ := tree.Get(targets.NodePath(n.Name, name))
+			f, _ := tree.Get(layout.NodeTree(n.Name, name))
 			size += len(f.Data)
 		}
 		out = append(out, targets.NodeSize{Node: n.Name, Bytes: size})

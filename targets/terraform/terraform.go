@@ -28,6 +28,7 @@ import (
 	"github.com/kcompile/kcompile/compiler/diag"
 	"github.com/kcompile/kcompile/compiler/ir"
 	"github.com/kcompile/kcompile/compiler/pki"
+	"github.com/kcompile/kcompile/layout"
 	"github.com/kcompile/kcompile/targets"
 	"github.com/kcompile/kcompile/targets/ignition"
 )
@@ -74,7 +75,7 @@ func module(c *ir.Cluster, ci, ign *targets.Tree) (*targets.Tree, error) {
 	out := targets.NewTree()
 	for _, n := range c.Nodes {
 		if n.OS.Ignition() {
-			p := targets.NodePath(n.Name, ignition.ConfigName)
+			p := layout.NodeTree(n.Name, ignition.ConfigName)
 			src, ok := ign.Get(p)
 			if !ok {
 				return nil, fmt.Errorf("kcompile bug: ignition target wrote no %s", p)
@@ -85,7 +86,7 @@ func module(c *ir.Cluster, ci, ign *targets.Tree) (*targets.Tree, error) {
 			continue
 		}
 		for _, f := range nodeFiles {
-			p := targets.NodePath(n.Name, f.file)
+			p := layout.NodeTree(n.Name, f.file)
 			src, ok := ci.Get(p)
 			if !ok {
 				return nil, fmt.Errorf("kcompile bug: cloudinit target wrote no %s", p)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/kcompile/kcompile/compiler/diag"
 	"github.com/kcompile/kcompile/fixture"
+	"github.com/kcompile/kcompile/layout"
 	"github.com/kcompile/kcompile/targets/systemd"
 
 	"github.com/kcompile/kcompile/compiler/pki"
@@ -357,7 +358,7 @@ func TestConfigTooLarge(t *testing.T) {
 		}
 		big := targets.NewTree()
 		for _, f := range tree.Files() {
-			if f.Path == targets.NodePath(tc.node, tc.file) {
+			if f.Path == layout.NodeTree(tc.node, tc.file) {
 				f.Data = bytes.Repeat([]byte("x"), MaxConfigBytes+1)
 			}
 			if err := big.Add(f.Path, f.Data, f.Mode); err != nil {

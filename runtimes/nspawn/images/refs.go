@@ -13,6 +13,7 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
+	"github.com/kcompile/kcompile/layout"
 	"github.com/kcompile/kcompile/targets"
 )
 
@@ -25,14 +26,13 @@ func References(tree *targets.Tree) ([]string, error) {
 	for _, f := range tree.Files() {
 		var found []string
 		var err error
-		rest, node := strings.CutPrefix(f.Path, "nodes/")
-		_, rel, _ := strings.Cut(rest, "/")
+		_, rel, node := layout.SplitTree(f.Path)
 		switch {
-		case strings.HasPrefix(f.Path, targets.ClusterPath("addons/")):
+		case strings.HasPrefix(f.Path, layout.ClusterTree("addons/")):
 			found, err = manifestImages(f.Data)
-		case node && rel == "etc/containerd/config.toml":
+		case node && rel == layout.ContainerdConfig:
 			found, err = sandboxImage(f.Data, "plugins", "io.containerd.cri.v1.images", "pinned_images", "sandbox")
-		case node && strings.HasPrefix(rel, "etc/crio/crio.conf.d/"):
+		case node && strings.HasPrefix(rel, layout.CRIODropInDir):
 			found, err = sandboxImage(f.Data, "crio", "image", "pause_image")
 		}
 		if err != nil {

@@ -1,0 +1,123 @@
+package review
+
+import (
+	"crypto/x509"
+	"fmt"
+
+	"github.com/kcompile/kcompile/compiler/diag"
+	"github.com/kcompile/kcompile/compiler/ir"
+	"github.com/kcompile/kcompile/compiler/pki"
+	"github.com/kcompile/kcompile/picture"
+	"github.com/kcompile/kcompile/targets"
+)
+
+// Compiled is what one run of the pipeline made of a side: the cluster,
+// its issued PKI, the trees of the compared targets in order, the check
+// diagnostics, and, when policies were checked, their findings (nil when
+// none were) and the spec's waivers.
+type Compiled struct {
+	Cluster     *ir.Cluster
+	Material    *pki.Material
+	Trees       []NamedTree
+	Diagnostics diag.List
+	Findings    diag.List
+	Waivers     []Waiver
+}
+
+// NamedTree is a built target's tree under the target's name.
+type NamedTree struct {
+	Name string
+	Tree *targets.Tree
+}
+
+// SideOf is one compiled side of a comparison: the trees (each under its
+// target's name when several are compared), the cluster's facts,
+// endpoint, etcd members and shape, its check diagnostics, and the
+// policies' findings and waivers. at rewrites the positions of the
+// side's diagnostics for the report.
+func SideOf(label string, out Compiled, at func(diag.List) diag.List) (Side, error) {
+	c := out.Cluster
+	s := Side{Label: label, Tree: targets.NewTree(), Etcd: etcdMembers(c), Endpoint: endpointOf(c), Facts: factsOf(c, out.Material),
+		Topology: picture.Of(c), Checks: at(out.Diagnostics)}
+	if out.Findings != nil {
+		s.Policies = at(out.Findings)
+		for _, w := range out.Waivers {
+			w.Positions = at(diag.List{{Positions: w.Positions}})[0].Positions
+			w.Waives = at(w.Waives)
+			s.Waivers = append(s.Waivers, w)
+		}
+	}
+	for _, t := range out.Trees {
+		for _, f := range t.Tree.Files() {
+			p := f.Path
+			if len(out.Trees) > 1 {
+				p = t.Name + "/" + p
+			}
+			if err := s.Tree.Add(p, f.Data, f.Mode); err != nil {
+				return Side{}, err
+			}
+		}
+	}
+	return s, nil
+}
+
+// factsOf are the settings of a compiled side that a restart does not
+// apply to a running cluster.
+func factsOf(c *ir.Cluster, m *pki.Material) *Facts {
+	f := &Facts{Nodes: map[string]NodeFacts{}, Domain: c.Network.Domain, CAs: map[string]string{}}
+	for _, p := range c.Network.ServiceCIDRs {
+		f.ServiceCIDRs = append(f.ServiceCIDRs, p.String())
+	}
+	for _, p := range c.Network.PodCIDRs {
+		f.PodCIDRs = append(f.PodCIDRs, p.String())
+	}
+	for _, n := range c.Nodes {
+		if !n.RunsPods() {
+			continue
+		}
+		var nf NodeFacts
+		for _, l := range n.Labels {
+			nf.Labels = append(nf.Labels, l.Key+"="+l.Value)
+		}
+		for _, t := range n.Taints {
+			nf.Taints = append(nf.Taints, t.Key+"="+t.Value+":"+t.Effect)
+		}
+		f.Nodes[n.Name] = nf
+	}
+	if m != nil {
+		b := m.Bundle
+		for name, a := range map[string]pki.Authority{"kubernetes": pki.ClusterCA, "etcd": pki.EtcdCA, "front-proxy": pki.FrontProxyCA} {
+			if ca, ok := b.CAs[a]; ok {
+				f.CAs[name] = Hash(ca.Cert.Raw)
+			}
+		}
+		if b.ServiceAccountKey != nil {
+			if der, err := x509.MarshalPKIXPublicKey(b.ServiceAccountKey.Public()); err == nil {
+				f.CAs["service-account"] = Hash(der)
+			}
+		}
+	}
+	return f
+}
+
+// endpointOf says where clients reach the API and what serves it.
+func endpointOf(c *ir.Cluster) string {
+	e := c.Endpoint
+	switch e.Mode {
+	case ir.EndpointVIP:
+		return fmt.Sprintf("%s, a VIP of the control-plane nodes (VRRP router %d)", e.URL, e.RouterID)
+	case ir.EndpointNodeLocal:
+		return fmt.Sprintf("%s outside the cluster, %s on every node", e.URL, e.NodeURL())
+	case ir.EndpointNode:
+		return e.URL + ", the only control-plane node"
+	}
+	return e.URL + ", served outside the spec"
+}
+
+func etcdMembers(c *ir.Cluster) []EtcdMember {
+	var out []EtcdMember
+	for _, m := range c.Etcd.Members {
+		out = append(out, EtcdMember{Name: m.Name, Address: m.Address.String(), Node: m.Node})
+	}
+	return out
+}
