@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kcompile/kcompile/fixture"
+	"github.com/kcompile/kcompile/internal/fixture"
 )
 
 // edited compiles an example with files edited by string replacements

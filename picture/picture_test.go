@@ -22,7 +22,7 @@ import (
 	"github.com/kcompile/kcompile/compiler/diag"
 	"github.com/kcompile/kcompile/compiler/ir"
 	"github.com/kcompile/kcompile/compiler/zones"
-	"github.com/kcompile/kcompile/fixture"
+	"github.com/kcompile/kcompile/internal/fixture"
 )
 
 // examples are every example: the pictures of the large ones are the

@@ -9,7 +9,7 @@ import (
 
 	"github.com/kcompile/kcompile/compiler/ir"
 	"github.com/kcompile/kcompile/compiler/zones"
-	"github.com/kcompile/kcompile/fixture"
+	"github.com/kcompile/kcompile/internal/fixture"
 )
 
 // BenchmarkPictureLarge draws examples/large as SVG (Graphviz included):

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/kcompile/kcompile/compiler/pki"
-	"github.com/kcompile/kcompile/fixture"
+	"github.com/kcompile/kcompile/internal/fixture"
 )
 
 // TestLoadBundleRefusesNonRegularFiles is issue 29: a bundle path naming

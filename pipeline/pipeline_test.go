@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/kcompile/kcompile/compiler"
-	"github.com/kcompile/kcompile/fixture"
+	"github.com/kcompile/kcompile/internal/fixture"
 	"github.com/kcompile/kcompile/targets"
 )
 

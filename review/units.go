@@ -1,7 +1,7 @@
 package review
 
 import (
-	"github.com/kcompile/kcompile/targets/unitfile"
+	"github.com/kcompile/kcompile/internal/unitfile"
 	"slices"
 	"strings"
 )

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kcompile/kcompile/fixture"
+	"github.com/kcompile/kcompile/internal/fixture"
 )
 
 // BenchmarkStartup times `kcompile version`, a command that draws

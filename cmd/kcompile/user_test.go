@@ -14,7 +14,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/kcompile/kcompile/fixture"
+	"github.com/kcompile/kcompile/internal/fixture"
 )
 
 // buildKcompile builds this command into dir with go build's extra flags

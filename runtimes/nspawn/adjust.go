@@ -13,10 +13,10 @@ import (
 	toml "github.com/pelletier/go-toml/v2"
 
 	"github.com/kcompile/kcompile/compiler/ir"
+	"github.com/kcompile/kcompile/internal/unitfile"
 	"github.com/kcompile/kcompile/layout"
 	"github.com/kcompile/kcompile/pipeline"
 	"github.com/kcompile/kcompile/targets"
-	"github.com/kcompile/kcompile/targets/unitfile"
 )
 
 // Adjustment is one thing up does that the compiled tree does not say:

@@ -23,7 +23,7 @@ import (
 	"github.com/kcompile/kcompile/compiler"
 	"github.com/kcompile/kcompile/compiler/ir"
 	"github.com/kcompile/kcompile/compiler/pki"
-	"github.com/kcompile/kcompile/fixture"
+	"github.com/kcompile/kcompile/internal/fixture"
 	"github.com/kcompile/kcompile/layout"
 	"github.com/kcompile/kcompile/pipeline"
 	"github.com/kcompile/kcompile/targets"

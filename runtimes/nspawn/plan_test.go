@@ -14,11 +14,11 @@ import (
 
 	"github.com/kcompile/kcompile/compiler"
 	"github.com/kcompile/kcompile/compiler/ir"
-	"github.com/kcompile/kcompile/fixture"
+	"github.com/kcompile/kcompile/internal/fixture"
+	"github.com/kcompile/kcompile/internal/unitfile"
 	"github.com/kcompile/kcompile/layout"
 	"github.com/kcompile/kcompile/pipeline"
 	"github.com/kcompile/kcompile/targets/systemd"
-	"github.com/kcompile/kcompile/targets/unitfile"
 )
 
 func TestPlanNamesAndGateways(t *testing.T) {

@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/kcompile/kcompile/compiler/ir"
+	"github.com/kcompile/kcompile/internal/unitfile"
 	"github.com/kcompile/kcompile/layout"
 	"github.com/kcompile/kcompile/targets/systemd"
-	"github.com/kcompile/kcompile/targets/unitfile"
 )
 
 // placement is how the simulation asks the systemd target for its trees:

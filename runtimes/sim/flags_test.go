@@ -14,10 +14,10 @@ import (
 
 	"github.com/kcompile/kcompile/compiler"
 	"github.com/kcompile/kcompile/compiler/pki"
+	"github.com/kcompile/kcompile/internal/unitfile"
 	"github.com/kcompile/kcompile/layout"
 	"github.com/kcompile/kcompile/targets"
 	"github.com/kcompile/kcompile/targets/systemd"
-	"github.com/kcompile/kcompile/targets/unitfile"
 )
 
 // flagSpec puts the values the kubelet's and the API server's command

@@ -26,8 +26,8 @@ import (
 	corev1conv "k8s.io/kubernetes/pkg/apis/core/v1"
 	corevalidation "k8s.io/kubernetes/pkg/apis/core/validation"
 
-	"github.com/kcompile/kcompile/fixture/specfuzz"
-	"github.com/kcompile/kcompile/targets/unitfile"
+	"github.com/kcompile/kcompile/internal/fixture/specfuzz"
+	"github.com/kcompile/kcompile/internal/unitfile"
 )
 
 // FuzzComponentFlags is the property of specfuzz.Harness with the

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kcompile/kcompile/fixture"
+	"github.com/kcompile/kcompile/internal/fixture"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"

@@ -13,7 +13,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kcompile/kcompile/fixture"
+	"github.com/kcompile/kcompile/internal/fixture"
 	"github.com/kcompile/kcompile/layout"
 
 	"sigs.k8s.io/yaml"

@@ -4,7 +4,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/kcompile/kcompile/fixture"
+	"github.com/kcompile/kcompile/internal/fixture"
 	"github.com/kcompile/kcompile/review"
 	"github.com/kcompile/kcompile/targets/cloudinit"
 	"github.com/kcompile/kcompile/targets/systemd"

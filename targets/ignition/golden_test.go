@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/kcompile/kcompile/compiler/ir"
-	"github.com/kcompile/kcompile/fixture"
+	"github.com/kcompile/kcompile/internal/fixture"
 	"github.com/kcompile/kcompile/review"
 	"github.com/kcompile/kcompile/targets/ignition"
 	"github.com/kcompile/kcompile/targets/systemd"

@@ -13,7 +13,7 @@ import (
 
 	"github.com/kcompile/kcompile/compiler/diag"
 	"github.com/kcompile/kcompile/compiler/ir"
-	"github.com/kcompile/kcompile/fixture"
+	"github.com/kcompile/kcompile/internal/fixture"
 	"github.com/kcompile/kcompile/layout"
 	"github.com/kcompile/kcompile/targets"
 	"github.com/kcompile/kcompile/targets/cloudinit"

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kcompile/kcompile/fixture"
+	"github.com/kcompile/kcompile/internal/fixture"
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kcompile/kcompile/fixture"
-	"github.com/kcompile/kcompile/targets/unitfile"
+	"github.com/kcompile/kcompile/internal/fixture"
+	"github.com/kcompile/kcompile/internal/unitfile"
 )
 
 // TestSystemdAnalyzeVerify runs systemd's own verifier on every unit of

@@ -15,9 +15,9 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/kcompile/kcompile/compiler/ir"
+	"github.com/kcompile/kcompile/internal/unitfile"
 	"github.com/kcompile/kcompile/layout"
 	"github.com/kcompile/kcompile/targets"
-	"github.com/kcompile/kcompile/targets/unitfile"
 )
 
 // The CIS Kubernetes Benchmark, judged by kube-bench (built by

@@ -1,8 +1,8 @@
 package systemd
 
 import (
+	"github.com/kcompile/kcompile/internal/unitfile"
 	"github.com/kcompile/kcompile/layout"
-	"github.com/kcompile/kcompile/targets/unitfile"
 	"net"
 	"net/netip"
 	"sort"

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kcompile/kcompile/fixture"
+	"github.com/kcompile/kcompile/internal/fixture"
 
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 

@@ -16,8 +16,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/kcompile/kcompile/internal/unitfile"
 	"github.com/kcompile/kcompile/targets"
-	"github.com/kcompile/kcompile/targets/unitfile"
 )
 
 // The end-to-end test runs the control plane of examples/single-node from

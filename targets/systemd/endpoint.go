@@ -8,8 +8,8 @@ import (
 
 	"github.com/kcompile/kcompile/compiler/ir"
 	"github.com/kcompile/kcompile/compiler/pki"
+	"github.com/kcompile/kcompile/internal/unitfile"
 	"github.com/kcompile/kcompile/layout"
-	"github.com/kcompile/kcompile/targets/unitfile"
 )
 
 // The endpoint served by the cluster itself, with keepalived and HAProxy

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/kcompile/kcompile/compiler/pki"
-	"github.com/kcompile/kcompile/fixture"
+	"github.com/kcompile/kcompile/internal/fixture"
 	"github.com/kcompile/kcompile/review"
 	"github.com/kcompile/kcompile/targets"
 )

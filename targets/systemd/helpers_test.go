@@ -3,10 +3,10 @@ package systemd
 import (
 	"testing"
 
-	"github.com/kcompile/kcompile/targets/unitfile"
+	"github.com/kcompile/kcompile/internal/unitfile"
 
 	"github.com/kcompile/kcompile/compiler/ir"
-	"github.com/kcompile/kcompile/fixture"
+	"github.com/kcompile/kcompile/internal/fixture"
 )
 
 func compileExample(t testing.TB, name string) *ir.Cluster {

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kcompile/kcompile/fixture"
+	"github.com/kcompile/kcompile/internal/fixture"
 
 	"github.com/containernetworking/cni/libcni"
 	"github.com/pelletier/go-toml/v2"

@@ -5,8 +5,8 @@ import (
 	"strings"
 
 	"github.com/kcompile/kcompile/compiler/ir"
+	"github.com/kcompile/kcompile/internal/unitfile"
 	"github.com/kcompile/kcompile/layout"
-	"github.com/kcompile/kcompile/targets/unitfile"
 )
 
 // The install unit runs before every component: it puts the binaries of

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kcompile/kcompile/fixture"
+	"github.com/kcompile/kcompile/internal/fixture"
 )
 
 // TestUnitSecurity has systemd-analyze rate the exposure of every unit,

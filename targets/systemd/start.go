@@ -4,8 +4,8 @@ import (
 	"path"
 
 	"github.com/kcompile/kcompile/compiler/ir"
+	"github.com/kcompile/kcompile/internal/unitfile"
 	"github.com/kcompile/kcompile/layout"
-	"github.com/kcompile/kcompile/targets/unitfile"
 )
 
 // StartScript is the start script's path on a node whose operating

@@ -10,9 +10,9 @@ import (
 	"testing"
 
 	"github.com/kcompile/kcompile/compiler/ir"
-	"github.com/kcompile/kcompile/fixture"
+	"github.com/kcompile/kcompile/internal/fixture"
+	"github.com/kcompile/kcompile/internal/unitfile"
 	"github.com/kcompile/kcompile/layout"
-	"github.com/kcompile/kcompile/targets/unitfile"
 )
 
 // TestBootDropInWantsEveryUnit: every node's tree starts each of its

@@ -4,8 +4,8 @@ import (
 	"strings"
 
 	"github.com/kcompile/kcompile/compiler/ir"
+	"github.com/kcompile/kcompile/internal/unitfile"
 	"github.com/kcompile/kcompile/layout"
-	"github.com/kcompile/kcompile/targets/unitfile"
 )
 
 // UnitFile is a unit and the file name it is installed under.

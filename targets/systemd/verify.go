@@ -22,9 +22,9 @@ import (
 
 	"github.com/kcompile/kcompile/compiler/ir"
 	"github.com/kcompile/kcompile/compiler/pki"
+	"github.com/kcompile/kcompile/internal/unitfile"
 	"github.com/kcompile/kcompile/layout"
 	"github.com/kcompile/kcompile/targets"
-	"github.com/kcompile/kcompile/targets/unitfile"
 )
 
 // verify parses every file of the tree with the parser its consumer uses

@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/kcompile/kcompile/compiler/diag"
-	"github.com/kcompile/kcompile/fixture"
+	"github.com/kcompile/kcompile/internal/fixture"
 	"github.com/kcompile/kcompile/layout"
 	"github.com/kcompile/kcompile/targets/systemd"
 

@@ -47,7 +47,7 @@ func (img Image) Build() (v1.Image, error) {
 	}
 	createdBy := "kcompile: upstream's programs, packed on this machine"
 	if img.StandIn {
-		createdBy = "kcompile: stand-ins (runtimes/nspawn/standin) for upstream's programs"
+		createdBy = "kcompile: stand-ins (internal/standin) for upstream's programs"
 	}
 	return mutate.Append(base, mutate.Addendum{
 		Layer:     static.NewLayer(layer, types.OCIUncompressedLayer),

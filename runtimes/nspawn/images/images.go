@@ -4,7 +4,7 @@
 // built here from the Go module proxy (scripts/tools assembles them in
 // .bin/images): CoreDNS and flanneld themselves, at the release that was
 // built (flanneld with Debian's iptables and nft, which it executes), and
-// kcompile's stand-ins (runtimes/nspawn/standin) for what the proxy does
+// kcompile's stand-ins (internal/standin) for what the proxy does
 // not serve. An image that cannot be built that way (calico's
 // and cilium's, another release than the one built, one pinned by
 // digest) is a Problem, never an image of another name.
@@ -27,7 +27,7 @@ import (
 	"github.com/kcompile/kcompile/targets"
 )
 
-// EchoImage is the test workload (runtimes/nspawn/standin/echo), served
+// EchoImage is the test workload (internal/standin/echo), served
 // with every cluster's images for the boot tests to run.
 const EchoImage = "registry.kcompile.test/echo:v1"
 
