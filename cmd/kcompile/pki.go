@@ -212,11 +212,10 @@ func (c *pkiRenewCmd) Run(e *env) error {
 			return statusError{code: exitUsage, msg: fmt.Sprintf("--epoch %q is not an RFC 3339 time", c.Epoch)}
 		}
 	}
-	renewed := b.Renew(epoch)
-	// The epoch must lie inside every CA's validity and the leaves must
-	// end inside it too (KC1108, KC1104); warnings are shown as well,
-	// since this is when the epoch is chosen.
-	if diags := pki.Check(cl, renewed, e.now); len(diags) > 0 {
+	// Warnings are shown as well as errors, since this is when the
+	// epoch is chosen.
+	renewed, diags := b.RenewFor(cl, epoch, e.now)
+	if len(diags) > 0 {
 		if err := diags.Relative(e.cwd).WriteText(e.stderr); err != nil {
 			return err
 		}

@@ -265,3 +265,13 @@ func userPositions(c *ir.Cluster, path string) []diag.Pos {
 	}
 	return nil
 }
+
+// RenewFor renews the bundle for a cluster: a copy with the new epoch
+// (Renew), and what Check says of it with the caller's clock, so that an
+// epoch outside a CA's validity, or leaves that would outlive a CA
+// (KC1108, KC1104), are reported before anything is written. With an
+// error among the diagnostics the copy is not to be kept.
+func (b *Bundle) RenewFor(c *ir.Cluster, epoch, now time.Time) (*Bundle, diag.List) {
+	renewed := b.Renew(epoch)
+	return renewed, Check(c, renewed, now)
+}

@@ -719,3 +719,17 @@ func TestVerifyMisnamedNodeCertificate(t *testing.T) {
 		}
 	}
 }
+
+// TestRenewFor renews with the check a renewal needs: the copy carries
+// the new epoch, the bundle it came from is unchanged, and an epoch ahead
+// of the caller's clock is reported with the copy.
+func TestRenewFor(t *testing.T) {
+	c := compileExample(t, "single-node")
+	b := newTestBundle(t)
+	epoch := checkNow.AddDate(0, 1, 0)
+	renewed, diags := withSource(b).RenewFor(c, epoch, checkNow)
+	if !renewed.Epoch.Equal(epoch) || b.Epoch.Equal(epoch) {
+		t.Errorf("renewed epoch %s, original %s; want %s and the original kept", renewed.Epoch, b.Epoch, epoch)
+	}
+	mustOne(t, diags, CodeLeavesNotYet, diag.Warning)
+}
