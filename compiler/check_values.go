@@ -456,26 +456,33 @@ func isControl(r rune) bool { return r < 0x20 || r == 0x7f || (r >= 0x80 && r < 
 // urlProblem says why s is not an absolute http(s) URL the installer and
 // Matchbox can be given, or "".
 func urlProblem(s string) string {
+	_, problem := parseURL(s)
+	return problem
+}
+
+// parseURL parses an http(s) URL a node fetches, or says why it is not
+// one.
+func parseURL(s string) (*url.URL, string) {
 	// A URL is ASCII: anything else is percent-encoded.
 	if i := strings.IndexFunc(s, func(r rune) bool {
 		return isControl(r) || r == ' ' || r > 0x7e || strings.ContainsRune(`"'\<>|^{}`+"`", r)
 	}); i >= 0 {
-		return fmt.Sprintf("it holds %s at byte %d", describeRune([]rune(s[i:])[0]), i)
+		return nil, fmt.Sprintf("it holds %s at byte %d", describeRune([]rune(s[i:])[0]), i)
 	}
 	u, err := url.Parse(s)
 	switch {
 	case err != nil:
-		return "it does not parse as a URL"
+		return nil, "it does not parse as a URL"
 	case u.Scheme != "http" && u.Scheme != "https":
-		return "its scheme is not http or https"
+		return nil, "its scheme is not http or https"
 	case u.Host == "" || u.Hostname() == "":
-		return "it names no host"
+		return nil, "it names no host"
 	case u.User != nil:
-		return "it carries credentials, which would be written into every node's files"
+		return nil, "it carries credentials, which would be written into every node's files"
 	case u.Fragment != "" || strings.Contains(s, "#"):
-		return "it has a fragment"
+		return nil, "it has a fragment"
 	}
-	return ""
+	return u, ""
 }
 
 func describeRune(r rune) string {
@@ -682,9 +689,15 @@ func checkMirrors(m *model) {
 			m.report(CodeMirrorURL, path, fmt.Sprintf("registry %s has no mirror", diag.Quote(host)), "list its mirrors, or remove the registry")
 		}
 		for i, e := range endpoints {
-			problem := mirrorURLProblem(e)
+			u, problem := mirrorURL(e)
 			if problem == "" && slices.Index(endpoints, e) < i {
 				problem = "it is listed twice"
+			}
+			if problem == "" {
+				if m.mirrors == nil {
+					m.mirrors = map[string][]*url.URL{}
+				}
+				m.mirrors[host] = append(m.mirrors[host], u)
 			}
 			if problem != "" {
 				m.report(CodeMirrorURL, fmt.Sprintf("%s[%d]", path, i), fmt.Sprintf("mirror %s of %s: %s", diag.Quote(e), diag.Quote(host), problem),
@@ -724,23 +737,26 @@ func portProblem(hostport string) string {
 	return ""
 }
 
-// mirrorURLProblem says why e is not scheme://host[:port] for a mirror,
+// mirrorURL says why e is not scheme://host[:port] for a mirror,
 // or "".
-func mirrorURLProblem(e string) string {
-	if problem := urlProblem(e); problem != "" {
-		return problem
+func mirrorURL(e string) (*url.URL, string) {
+	u, problem := parseURL(e)
+	if problem != "" {
+		return nil, problem
 	}
-	u, _ := url.Parse(e)
 	host := u.Hostname()
 	switch {
 	case u.Path != "" || u.RawPath != "" || u.Opaque != "":
-		return "it has a path, which containerd and CRI-O read differently"
+		return nil, "it has a path, which containerd and CRI-O read differently"
 	case u.RawQuery != "" || u.ForceQuery:
-		return "it has a query"
+		return nil, "it has a query"
 	case len(validation.IsDNS1123Subdomain(host)) > 0 && !isIP(host):
-		return "its host is neither a lower-case DNS name nor an IP address"
+		return nil, "its host is neither a lower-case DNS name nor an IP address"
 	}
-	return portProblem(u.Host)
+	if problem := portProblem(u.Host); problem != "" {
+		return nil, problem
+	}
+	return u, ""
 }
 
 func isIP(s string) bool { _, err := netip.ParseAddr(s); return err == nil }

@@ -96,7 +96,7 @@ func lower(m *model) *ir.Cluster {
 	c.Runtime = ir.Runtime{Engine: s.Runtime.Engine, Version: s.Runtime.Version, CgroupDriver: s.Runtime.CgroupDriver, Socket: socket,
 		RestrictOOMScoreAdj: s.Runtime.RestrictOOMScoreAdj}
 	for _, host := range sortedKeys(s.Runtime.Mirrors) {
-		c.Runtime.Mirrors = append(c.Runtime.Mirrors, ir.Mirror{Registry: host, Endpoints: s.Runtime.Mirrors[host]})
+		c.Runtime.Mirrors = append(c.Runtime.Mirrors, ir.Mirror{Registry: host, Endpoints: m.mirrors[host]})
 	}
 	derive("runtime.socket", socket, "runtime.engine")
 	c.Kubelet = ir.Kubelet{CgroupDriver: s.Kubelet.CgroupDriver, FailCgroupV1: s.Kubelet.FailCgroupV1}

@@ -201,9 +201,16 @@ kubelet: failCgroupV1: false
 	if c == nil {
 		t.Fatalf("does not compile:\n%s", lines(diags))
 	}
-	want := []ir.Mirror{{Registry: "docker.io", Endpoints: []string{"https://c.example.com"}},
-		{Registry: "registry.k8s.io", Endpoints: []string{"https://b.example.com", "http://a.example.com:5000"}}}
-	if !slices.EqualFunc(c.Runtime.Mirrors, want, func(a, b ir.Mirror) bool { return a.Registry == b.Registry && slices.Equal(a.Endpoints, b.Endpoints) }) {
+	want := []struct {
+		registry string
+		urls     []string
+	}{{"docker.io", []string{"https://c.example.com"}}, {"registry.k8s.io", []string{"https://b.example.com", "http://a.example.com:5000"}}}
+	if !slices.EqualFunc(c.Runtime.Mirrors, want, func(a ir.Mirror, b struct {
+		registry string
+		urls     []string
+	}) bool {
+		return a.Registry == b.registry && slices.Equal(a.URLs(), b.urls)
+	}) {
 		t.Errorf("mirrors %v, want %v", c.Runtime.Mirrors, want)
 	}
 	if !c.Runtime.RestrictOOMScoreAdj || c.Kubelet.FailCgroupV1 {

@@ -3,6 +3,7 @@ package compiler
 import (
 	"fmt"
 	"net/netip"
+	"net/url"
 	"regexp"
 	"sort"
 	"strings"
@@ -31,6 +32,8 @@ type model struct {
 	prefixes map[string]netip.Prefix
 	// profile is Source.Profile.
 	profile string
+	// mirrors are the registry mirrors the checks parsed, by registry.
+	mirrors map[string][]*url.URL
 	// unexpanded is set when a pool's nodes could not be computed, so
 	// that checks counting nodes keep quiet.
 	unexpanded bool

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -418,9 +419,19 @@ type Mirror struct {
 	// Registry is the host (and port) image references name, such as
 	// "registry.k8s.io".
 	Registry string
-	// Endpoints are scheme://host[:port] URLs, tried in order before
-	// the registry itself.
-	Endpoints []string
+	// Endpoints are the mirrors, scheme://host[:port] URLs (no path,
+	// no query: the checks hold them to it), parsed once by the checks
+	// and tried in order before the registry itself.
+	Endpoints []*url.URL
+}
+
+// URLs are the endpoints as written.
+func (m Mirror) URLs() []string {
+	out := make([]string, len(m.Endpoints))
+	for i, u := range m.Endpoints {
+		out[i] = u.String()
+	}
+	return out
 }
 
 // Kubelet holds settings shared by every kubelet.

@@ -54,7 +54,7 @@ func (c *Cluster) mirrorAddress() (netip.AddrPort, string, error) {
 			break
 		}
 		if !found {
-			unservable = append(unservable, fmt.Sprintf("%s (%s)", reg, strings.Join(m.Endpoints, ", ")))
+			unservable = append(unservable, fmt.Sprintf("%s (%s)", reg, strings.Join(m.URLs(), ", ")))
 		}
 	}
 	if len(unservable) > 0 {
@@ -98,9 +98,8 @@ func specMirror(c *ir.Cluster, registry string) (ir.Mirror, bool) {
 
 // servable says whether up can serve a mirror endpoint: http, an IP
 // address of a node network that is no node's.
-func servable(c *ir.Cluster, endpoint string, nodes map[netip.Addr]bool) (netip.AddrPort, bool) {
-	u, err := url.Parse(endpoint)
-	if err != nil || u.Scheme != "http" {
+func servable(c *ir.Cluster, u *url.URL, nodes map[netip.Addr]bool) (netip.AddrPort, bool) {
+	if u.Scheme != "http" {
 		return netip.AddrPort{}, false
 	}
 	a, err := netip.ParseAddr(u.Hostname())
@@ -130,7 +129,7 @@ func (c *Cluster) mirrorFiles() (map[string][]byte, error) {
 	}
 	var mirrors []ir.Mirror
 	for _, reg := range missing {
-		mirrors = append(mirrors, ir.Mirror{Registry: reg, Endpoints: []string{"http://" + c.mirror.String()}})
+		mirrors = append(mirrors, ir.Mirror{Registry: reg, Endpoints: []*url.URL{{Scheme: "http", Host: c.mirror.String()}}})
 	}
 	return systemd.MirrorFiles(c.cfg.Cluster.Runtime.Engine, mirrors)
 }

@@ -171,8 +171,7 @@ func MirrorFiles(engine string, mirrors []ir.Mirror) (map[string][]byte, error) 
 		for _, m := range mirrors {
 			r := crioRegistry{Prefix: m.Registry, Location: m.Registry}
 			for _, e := range m.Endpoints {
-				scheme, host, _ := strings.Cut(e, "://")
-				r.Mirror = append(r.Mirror, crioMirror{Location: host, Insecure: scheme == "http"})
+				r.Mirror = append(r.Mirror, crioMirror{Location: e.Host, Insecure: e.Scheme == "http"})
 			}
 			doc.Registry = append(doc.Registry, r)
 		}
@@ -184,7 +183,7 @@ func MirrorFiles(engine string, mirrors []ir.Mirror) (map[string][]byte, error) 
 		fields := make([]reflect.StructField, len(m.Endpoints))
 		for i, e := range m.Endpoints {
 			fields[i] = reflect.StructField{Name: fmt.Sprintf("Mirror%d", i), Type: reflect.TypeFor[mirrorHost](),
-				Tag: reflect.StructTag("toml:" + strconv.Quote(e))}
+				Tag: reflect.StructTag("toml:" + strconv.Quote(e.String()))}
 		}
 		hosts := reflect.New(reflect.StructOf(fields)).Elem()
 		for i := range m.Endpoints {

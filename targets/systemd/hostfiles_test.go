@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"github.com/kcompile/kcompile/layout"
+	"net/url"
 	"reflect"
 	"slices"
 	"strings"
@@ -100,8 +101,8 @@ func TestModulesAndSysctl(t *testing.T) {
 func TestMirrorFiles(t *testing.T) {
 	c := compileExample(t, "single-node")
 	c.Runtime.Mirrors = []ir.Mirror{
-		{Registry: "docker.io", Endpoints: []string{"https://z.example.com", "http://10.0.0.5:5000"}},
-		{Registry: "registry.example.com:5000", Endpoints: []string{"https://a.example.com"}},
+		{Registry: "docker.io", Endpoints: urls("https://z.example.com", "http://10.0.0.5:5000")},
+		{Registry: "registry.example.com:5000", Endpoints: urls("https://a.example.com")},
 	}
 	c.Runtime.RestrictOOMScoreAdj = true
 	files, err := MirrorFiles(c.Runtime.Engine, c.Runtime.Mirrors)
@@ -123,7 +124,7 @@ func TestMirrorFiles(t *testing.T) {
 		!slices.Equal(hosts.Host["http://10.0.0.5:5000"]["capabilities"], []string{"pull", "resolve"}) {
 		t.Errorf("hosts.toml reads as %+v:\n%s", hosts, files[docker])
 	}
-	if order, err := tomlTables(files[docker], "host"); err != nil || !slices.Equal(order, c.Runtime.Mirrors[0].Endpoints) {
+	if order, err := tomlTables(files[docker], "host"); err != nil || !slices.Equal(order, c.Runtime.Mirrors[0].URLs()) {
 		t.Errorf("mirrors in the order %v (%v):\n%s", order, err, files[docker])
 	}
 	for p, data := range files {
@@ -142,7 +143,7 @@ func TestMirrorFiles(t *testing.T) {
 	// Mirrors in another order, a mirror too many, and a configuration
 	// that does not point at them are compiler bugs verify reports.
 	reversed := *c
-	reversed.Runtime.Mirrors = []ir.Mirror{{Registry: "docker.io", Endpoints: []string{"http://10.0.0.5:5000", "https://z.example.com"}}}
+	reversed.Runtime.Mirrors = []ir.Mirror{{Registry: "docker.io", Endpoints: urls("http://10.0.0.5:5000", "https://z.example.com")}}
 	swapped, err := MirrorFiles(reversed.Runtime.Engine, reversed.Runtime.Mirrors)
 	if err != nil {
 		t.Fatal(err)
@@ -211,4 +212,17 @@ func TestFailCgroupV1FollowsSpec(t *testing.T) {
 			t.Errorf("failCgroupV1 %t:\n%s", on, data)
 		}
 	}
+}
+
+// urls parses mirror endpoints as the checks do.
+func urls(s ...string) []*url.URL {
+	var out []*url.URL
+	for _, e := range s {
+		u, err := url.Parse(e)
+		if err != nil {
+			panic(err)
+		}
+		out = append(out, u)
+	}
+	return out
 }

@@ -289,8 +289,8 @@ func verifyRuntimeFile(p string, data []byte, c *ir.Cluster) error {
 				}
 				locations = append(locations, scheme+x.Location)
 			}
-			if r.Prefix != m.Registry || r.Location != m.Registry || !slices.Equal(locations, m.Endpoints) {
-				return fmt.Errorf("registry %s reads as %s with mirrors %v, not the spec's %v", m.Registry, r.Prefix, locations, m.Endpoints)
+			if r.Prefix != m.Registry || r.Location != m.Registry || !slices.Equal(locations, m.URLs()) {
+				return fmt.Errorf("registry %s reads as %s with mirrors %v, not the spec's %v", m.Registry, r.Prefix, locations, m.URLs())
 			}
 		}
 	default:
@@ -311,8 +311,8 @@ func verifyRuntimeFile(p string, data []byte, c *ir.Cluster) error {
 		if err != nil {
 			return err
 		}
-		if got.Server != upstream(registry) || !slices.Equal(order, m.Endpoints) {
-			return fmt.Errorf("reads as server %s with mirrors %v, not %s with the spec's %v", got.Server, order, upstream(registry), m.Endpoints)
+		if got.Server != upstream(registry) || !slices.Equal(order, m.URLs()) {
+			return fmt.Errorf("reads as server %s with mirrors %v, not %s with the spec's %v", got.Server, order, upstream(registry), m.URLs())
 		}
 		for _, h := range got.Host {
 			if !slices.Equal(h.Capabilities, []string{"pull", "resolve"}) {
