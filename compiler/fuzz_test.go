@@ -46,8 +46,8 @@ func FuzzCompile(f *testing.F) {
 				t.Fatalf("internal error: %+v", d)
 			}
 		}
-		if c != nil && (len(c.Nodes) == 0 || c.Endpoint.URL == "") {
-			t.Fatalf("clean spec lowered to an incomplete cluster: %d nodes, endpoint %q", len(c.Nodes), c.Endpoint.URL)
+		if c != nil && (len(c.Nodes) == 0 || c.Endpoint.URL() == "") {
+			t.Fatalf("clean spec lowered to an incomplete cluster: %d nodes, endpoint %q", len(c.Nodes), c.Endpoint.URL())
 		}
 		if c != nil {
 			// What `kcompile check` runs after the compiler.

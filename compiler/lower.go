@@ -3,11 +3,9 @@ package compiler
 import (
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/netip"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 
 	"cuelang.org/go/cue"
@@ -56,7 +54,7 @@ func lower(m *model) *ir.Cluster {
 	}
 
 	c.Endpoint = lowerEndpoint(m)
-	derive("controlPlane.endpoint.url", c.Endpoint.URL, endpointSource(m))
+	derive("controlPlane.endpoint.url", c.Endpoint.URL(), endpointSource(m))
 	derive("controlPlane.endpoint.served", c.Endpoint.Served(), endpointModeSource(m))
 
 	members := m.etcdMembers()
@@ -77,7 +75,7 @@ func lower(m *model) *ir.Cluster {
 		}
 	}
 	c.Etcd = lowerEtcd(m, c.Nodes, members)
-	derive("etcd.initialCluster", c.Etcd.InitialCluster, "etcd.members and their node addresses")
+	derive("etcd.initialCluster", c.Etcd.InitialCluster(), "etcd.members and their node addresses")
 
 	for _, name := range sortedKeys(s.Storage.Drivers) {
 		d := s.Storage.Drivers[name]
@@ -199,7 +197,6 @@ func lowerEndpoint(m *model) ir.Endpoint {
 		}
 		e.RouterID, e.AdvertInterval, e.LocalPort = ep.VIP.RouterID, ep.VIP.AdvertInterval, ep.NodeLocal.Port
 	}
-	e.URL = "https://" + net.JoinHostPort(e.Host, strconv.Itoa(e.Port))
 	return e
 }
 
@@ -277,18 +274,10 @@ func lowerEtcd(m *model, nodes []ir.Node, members []etcdMember) ir.Etcd {
 	for _, n := range nodes {
 		byName[n.Name] = n
 	}
-	var initial []string
 	for _, mem := range members {
 		n := byName[mem.name]
-		addr := n.Address()
-		em := ir.EtcdMember{Name: mem.name, Node: n.Name, Address: addr, Zone: mem.zone, Rack: mem.rack,
-			PeerURL:   "https://" + net.JoinHostPort(addr.String(), "2380"),
-			ClientURL: "https://" + net.JoinHostPort(addr.String(), "2379")}
-		e.Members = append(e.Members, em)
-		initial = append(initial, em.Name+"="+em.PeerURL)
-		e.ClientURLs = append(e.ClientURLs, em.ClientURL)
+		e.Members = append(e.Members, ir.EtcdMember{Name: mem.name, Node: n.Name, Address: n.Address(), Zone: mem.zone, Rack: mem.rack})
 	}
-	e.InitialCluster = strings.Join(initial, ",")
 	return e
 }
 

@@ -38,7 +38,7 @@ func TestLowerHAStacked(t *testing.T) {
 	if got, want := strings.Join(names, " "), "cp1 cp2 cp3 w01 w02 w03 w04 w05 w06"; got != want {
 		t.Errorf("node order %q, want %q", got, want)
 	}
-	if c.Endpoint.URL != "https://10.0.0.10:6443" || c.Endpoint.Address != netip.MustParseAddr("10.0.0.10") {
+	if c.Endpoint.URL() != "https://10.0.0.10:6443" || c.Endpoint.Address != netip.MustParseAddr("10.0.0.10") {
 		t.Errorf("endpoint %+v", c.Endpoint)
 	}
 	if got := c.Network.FirstServiceIPs; len(got) != 1 || got[0].String() != "10.96.0.1" {
@@ -53,8 +53,8 @@ func TestLowerHAStacked(t *testing.T) {
 	if c.Network.KubeProxyMode != "nftables" {
 		t.Errorf("kube-proxy mode %q", c.Network.KubeProxyMode)
 	}
-	if c.Etcd.InitialCluster != "cp1=https://10.0.0.11:2380,cp2=https://10.0.0.12:2380,cp3=https://10.0.0.13:2380" {
-		t.Errorf("initial cluster %q", c.Etcd.InitialCluster)
+	if c.Etcd.InitialCluster() != "cp1=https://10.0.0.11:2380,cp2=https://10.0.0.12:2380,cp3=https://10.0.0.13:2380" {
+		t.Errorf("initial cluster %q", c.Etcd.InitialCluster())
 	}
 	cp1, w01 := c.Nodes[0], c.Nodes[3]
 	wantCP := []ir.Component{ir.ComponentEtcd, ir.ComponentAPIServer, ir.ComponentControllerManager, ir.ComponentScheduler,
@@ -106,10 +106,10 @@ func TestLowerHAStacked(t *testing.T) {
 
 func TestLowerExternalEtcd(t *testing.T) {
 	c := compileExample(t, "external-etcd")
-	if c.Endpoint.URL != "https://api.core.example.com:6443" || c.Endpoint.Address.IsValid() {
+	if c.Endpoint.URL() != "https://api.core.example.com:6443" || c.Endpoint.Address.IsValid() {
 		t.Errorf("endpoint %+v", c.Endpoint)
 	}
-	if len(c.Etcd.Members) != 5 || c.Etcd.Members[0].ClientURL != "https://10.10.1.11:2379" {
+	if len(c.Etcd.Members) != 5 || c.Etcd.Members[0].ClientURL() != "https://10.10.1.11:2379" {
 		t.Errorf("etcd members %+v", c.Etcd.Members)
 	}
 	for _, n := range c.Nodes {
@@ -175,11 +175,11 @@ network: {
 		if c.Network.KubeProxyMode != tc.mode {
 			t.Errorf("Kubernetes %s: kube-proxy mode %q, want %q", tc.version, c.Network.KubeProxyMode, tc.mode)
 		}
-		if c.Endpoint.URL != "https://[fd00::10]:6443" {
-			t.Errorf("IPv6 endpoint URL %q", c.Endpoint.URL)
+		if c.Endpoint.URL() != "https://[fd00::10]:6443" {
+			t.Errorf("IPv6 endpoint URL %q", c.Endpoint.URL())
 		}
-		if c.Network.DNSServiceIP.String() != "fd02::a" || c.Etcd.InitialCluster != "only=https://[fd00::10]:2380" {
-			t.Errorf("DNS IP %v, initial cluster %q", c.Network.DNSServiceIP, c.Etcd.InitialCluster)
+		if c.Network.DNSServiceIP.String() != "fd02::a" || c.Etcd.InitialCluster() != "only=https://[fd00::10]:2380" {
+			t.Errorf("DNS IP %v, initial cluster %q", c.Network.DNSServiceIP, c.Etcd.InitialCluster())
 		}
 	}
 }

@@ -128,7 +128,7 @@ func TestGolden(t *testing.T) {
 // workers in a zone, the pool and its count; the endpoint, etcd and the
 // networks.
 func labels(c *ir.Cluster) []string {
-	out := []string{"API endpoint", c.Endpoint.URL, "networks"}
+	out := []string{"API endpoint", c.Endpoint.URL(), "networks"}
 	if len(c.Etcd.Members) > 0 {
 		out = append(out, "etcd ("+c.Etcd.Topology+")")
 	}

@@ -58,7 +58,7 @@ func Of(c *ir.Cluster) *Topology {
 	t := &Topology{
 		Name:         c.Name,
 		Version:      c.Kubernetes.Version,
-		Endpoint:     Endpoint{URL: c.Endpoint.URL, Mode: c.Endpoint.Mode, Served: c.Endpoint.Served()},
+		Endpoint:     Endpoint{URL: c.Endpoint.URL(), Mode: c.Endpoint.Mode, Served: c.Endpoint.Served()},
 		EtcdTopology: c.Etcd.Topology,
 		Zones:        zones.Of(c),
 	}

@@ -105,13 +105,13 @@ func endpointOf(c *ir.Cluster) string {
 	e := c.Endpoint
 	switch e.Mode {
 	case ir.EndpointVIP:
-		return fmt.Sprintf("%s, a VIP of the control-plane nodes (VRRP router %d)", e.URL, e.RouterID)
+		return fmt.Sprintf("%s, a VIP of the control-plane nodes (VRRP router %d)", e.URL(), e.RouterID)
 	case ir.EndpointNodeLocal:
-		return fmt.Sprintf("%s outside the cluster, %s on every node", e.URL, e.NodeURL())
+		return fmt.Sprintf("%s outside the cluster, %s on every node", e.URL(), e.NodeURL())
 	case ir.EndpointNode:
-		return e.URL + ", the only control-plane node"
+		return e.URL() + ", the only control-plane node"
 	}
-	return e.URL + ", served outside the spec"
+	return e.URL() + ", served outside the spec"
 }
 
 func etcdMembers(c *ir.Cluster) []EtcdMember {

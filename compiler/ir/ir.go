@@ -68,8 +68,6 @@ type Endpoint struct {
 	// single control-plane node, that node's address).
 	Address netip.Addr
 	Port    int
-	// URL is "https://host:port" with IPv6 literals bracketed.
-	URL string
 	// Mode is what serves the endpoint: EndpointExternal, EndpointVIP,
 	// EndpointNodeLocal, or EndpointNode (a single control-plane node
 	// without an endpoint: that node's API server itself).
@@ -91,12 +89,20 @@ const (
 	EndpointNode      EndpointMode = "node"
 )
 
+// URL is what clients outside the nodes dial: "https://host:port", an
+// IPv6 literal bracketed.
+func (e Endpoint) URL() string { return httpsURL(e.Host, e.Port) }
+
+// httpsURL is https://host:port, an IPv6 literal bracketed.
+func httpsURL(host string, port int) string {
+	return "https://" + net.JoinHostPort(host, strconv.Itoa(port))
+}
+
 // NodeURL is the URL the node-level clients of every node (kubelet,
 // kube-proxy, a CNI plugin's own kubeconfig) dial: the node-local proxy
 // in mode nodeLocal, the endpoint otherwise.
 func (e Endpoint) NodeURL() string {
-	host, port := e.NodeHostPort()
-	return "https://" + net.JoinHostPort(host, strconv.Itoa(port))
+	return httpsURL(e.NodeHostPort())
 }
 
 // Served says in words what serves the endpoint, as kcompile explain
@@ -292,25 +298,49 @@ type Etcd struct {
 	Members           []EtcdMember
 	QuotaBackendBytes int64
 	SnapshotCount     int
-	// InitialCluster is etcd's --initial-cluster value:
-	// "name=https://addr:2380,...".
-	InitialCluster string
-	// ClientURLs are the members' client URLs, as the API server's
-	// --etcd-servers lists them.
-	ClientURLs []string
+}
+
+// InitialCluster is etcd's --initial-cluster value:
+// "name=https://addr:2380,...".
+func (e Etcd) InitialCluster() string {
+	var out []string
+	for _, m := range e.Members {
+		out = append(out, m.Name+"="+m.PeerURL())
+	}
+	return strings.Join(out, ",")
+}
+
+// ClientURLs are the members' client URLs, as the API server's
+// --etcd-servers lists them.
+func (e Etcd) ClientURLs() []string {
+	var out []string
+	for _, m := range e.Members {
+		out = append(out, m.ClientURL())
+	}
+	return out
 }
 
 // EtcdMember is one etcd member.
 type EtcdMember struct {
 	Name string
 	// Node is the node the member runs on (its own node when external).
-	Node      string
-	Address   netip.Addr
-	PeerURL   string
-	ClientURL string
-	Zone      string
-	Rack      string
+	Node    string
+	Address netip.Addr
+	Zone    string
+	Rack    string
 }
+
+// The ports etcd members listen on.
+const (
+	EtcdClientPort = 2379
+	EtcdPeerPort   = 2380
+)
+
+// PeerURL is where the other members reach the member.
+func (m EtcdMember) PeerURL() string { return httpsURL(m.Address.String(), EtcdPeerPort) }
+
+// ClientURL is where the API servers reach the member.
+func (m EtcdMember) ClientURL() string { return httpsURL(m.Address.String(), EtcdClientPort) }
 
 // Network is every address range and the pod network.
 type Network struct {

@@ -111,9 +111,9 @@ func Catalogue(c *ir.Cluster) []Cert {
 	}
 	out = append(out,
 		Cert{ID: "admin", Name: "admin", CA: ClusterCA, CommonName: userAdmin, Organization: []string{groupClusterAdmins},
-			Client: true, Kubeconfig: &Kubeconfig{Path: layout.AdminKubeconfig, Server: c.Endpoint.URL}},
+			Client: true, Kubeconfig: &Kubeconfig{Path: layout.AdminKubeconfig, Server: c.Endpoint.URL()}},
 		Cert{ID: "super-admin", Name: "super-admin", CA: ClusterCA, CommonName: userSuperAdmin, Organization: []string{groupMasters},
-			Client: true, Kubeconfig: &Kubeconfig{Path: layout.SuperAdminKubeconfig, Server: c.Endpoint.URL}},
+			Client: true, Kubeconfig: &Kubeconfig{Path: layout.SuperAdminKubeconfig, Server: c.Endpoint.URL()}},
 	)
 	return out
 }

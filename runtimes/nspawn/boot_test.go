@@ -699,13 +699,13 @@ func TestUpVIPFailover(t *testing.T) {
 	// flight may still come from it.
 	eventually(t, 30*time.Second, "the API through the endpoint", func() error {
 		if !probe.answeredSince(killed.Add(time.Second)) {
-			return fmt.Errorf("%s/readyz does not answer", out.Cluster.Endpoint.URL)
+			return fmt.Errorf("%s/readyz does not answer", out.Cluster.Endpoint.URL())
 		}
 		return nil
 	})
 	outage := probe.stop(stopped)
 	after := vipHolder(t, c, vip)
-	t.Logf("the API through %s: at most %.1fs without an answer after %s stopped; %s holds the VIP", out.Cluster.Endpoint.URL, outage.Seconds(), before, after)
+	t.Logf("the API through %s: at most %.1fs without an answer after %s stopped; %s holds the VIP", out.Cluster.Endpoint.URL(), outage.Seconds(), before, after)
 	if after == before {
 		t.Fatalf("the VIP stayed with the stopped %s", before)
 	}

@@ -633,7 +633,7 @@ func (c *Cluster) waitReady(ctx context.Context) error {
 	if err := poll("etcd quorum", func() (bool, string) {
 		healthy := 0
 		for _, mem := range members {
-			if etcd.healthy(ctx, mem.ClientURL) {
+			if etcd.healthy(ctx, mem.ClientURL()) {
 				healthy++
 			}
 		}
@@ -643,7 +643,7 @@ func (c *Cluster) waitReady(ctx context.Context) error {
 	}
 	if err := poll("API", func() (bool, string) {
 		if k.ready(ctx) {
-			return true, "ready (" + c.cfg.Cluster.Endpoint.URL + "/readyz)"
+			return true, "ready (" + c.cfg.Cluster.Endpoint.URL() + "/readyz)"
 		}
 		return false, "not ready"
 	}); err != nil {

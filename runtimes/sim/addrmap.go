@@ -2,11 +2,8 @@ package sim
 
 import (
 	"fmt"
-	"net"
 	"net/netip"
 	"slices"
-	"strconv"
-	"strings"
 
 	"github.com/kcompile/kcompile/compiler/ir"
 )
@@ -60,12 +57,9 @@ func Remap(c *ir.Cluster, block int) (*ir.Cluster, *AddressMap) {
 	out.Network.NodeNetworks = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
 	out.Network.Gateways, out.Network.Nameservers = nil, nil
 	out.Endpoint = ir.Endpoint{Host: m.Endpoint.String(), Address: m.Endpoint, Port: c.Endpoint.Port,
-		URL:  "https://" + net.JoinHostPort(m.Endpoint.String(), strconv.Itoa(c.Endpoint.Port)),
 		Mode: c.Endpoint.Mode, RouterID: c.Endpoint.RouterID, AdvertInterval: c.Endpoint.AdvertInterval, LocalPort: c.Endpoint.LocalPort}
 
 	out.Etcd.Members = slices.Clone(c.Etcd.Members)
-	out.Etcd.ClientURLs = nil
-	var initial []string
 	for i := range out.Etcd.Members {
 		em := &out.Etcd.Members[i]
 		addr, ok := m.Nodes[em.Node]
@@ -73,11 +67,6 @@ func Remap(c *ir.Cluster, block int) (*ir.Cluster, *AddressMap) {
 			panic(fmt.Sprintf("kcompile bug: etcd member %s on unknown node %s", em.Name, em.Node))
 		}
 		em.Address = addr
-		em.PeerURL = "https://" + net.JoinHostPort(addr.String(), "2380")
-		em.ClientURL = "https://" + net.JoinHostPort(addr.String(), "2379")
-		initial = append(initial, em.Name+"="+em.PeerURL)
-		out.Etcd.ClientURLs = append(out.Etcd.ClientURLs, em.ClientURL)
 	}
-	out.Etcd.InitialCluster = strings.Join(initial, ",")
 	return &out, m
 }

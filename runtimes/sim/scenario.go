@@ -181,7 +181,7 @@ func (s *Sim) etcdRunning() int {
 func (s *Sim) expect(ctx context.Context, cs kubernetes.Interface, e *ir.Expect) Result {
 	switch {
 	case e.API != "":
-		what := "expect the API " + e.API + " through " + s.cluster.Endpoint.URL
+		what := "expect the API " + e.API + " through " + s.cluster.Endpoint.URL()
 		if e.Within > 0 {
 			what += " within " + e.Within.String()
 		}
@@ -283,7 +283,7 @@ func (s *Sim) readyz(ctx context.Context) error {
 		return err
 	}
 	c := &http.Client{Transport: tr, Timeout: 5 * time.Second}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.cluster.Endpoint.URL+"/readyz", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.cluster.Endpoint.URL()+"/readyz", nil)
 	if err != nil {
 		return err
 	}

@@ -367,7 +367,7 @@ func (s *Sim) boot(ctx context.Context) error {
 	if err := s.waitFor(ctx, 2*time.Minute, func() bool { return s.lb.Healthy() == len(backends) }); err != nil {
 		return fmt.Errorf("API servers not ready: %d of %d answer /readyz", s.lb.Healthy(), len(backends))
 	}
-	s.progress("API servers ready: %d behind %s (%s)", len(backends), s.cluster.Endpoint.URL, time.Since(start).Round(time.Millisecond))
+	s.progress("API servers ready: %d behind %s (%s)", len(backends), s.cluster.Endpoint.URL(), time.Since(start).Round(time.Millisecond))
 
 	if err := s.watchNodes(ctx); err != nil {
 		return err

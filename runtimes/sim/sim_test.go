@@ -48,12 +48,12 @@ func TestRemap(t *testing.T) {
 		}
 		seen[a] = true
 	}
-	if !m.Endpoint.Address.IsLoopback() || m.Endpoint.URL != "https://127.100.0.2:6443" {
+	if !m.Endpoint.Address.IsLoopback() || m.Endpoint.URL() != "https://127.100.0.2:6443" {
 		t.Errorf("endpoint %+v", m.Endpoint)
 	}
 	for _, em := range m.Etcd.Members {
-		if em.Address != addrs.Nodes[em.Node] || !strings.Contains(m.Etcd.InitialCluster, em.Name+"=https://"+em.Address.String()+":2380") {
-			t.Errorf("etcd member %+v in %s", em, m.Etcd.InitialCluster)
+		if em.Address != addrs.Nodes[em.Node] || !strings.Contains(m.Etcd.InitialCluster(), em.Name+"=https://"+em.Address.String()+":2380") {
+			t.Errorf("etcd member %+v in %s", em, m.Etcd.InitialCluster())
 		}
 	}
 	if c.Nodes[0].Address().IsLoopback() {

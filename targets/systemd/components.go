@@ -55,7 +55,7 @@ func service(description, doc string, after, requires []string, program string, 
 // etcdArgs are the flags of an etcd member: client and peer TLS with
 // client-certificate authentication, the initial cluster of the topology.
 func etcdArgs(c *ir.Cluster, m ir.EtcdMember, l placement) []string {
-	listen := m.ClientURL
+	listen := m.ClientURL()
 	if l.loopback != m.Address {
 		listen = "https://" + net.JoinHostPort(l.loopback.String(), "2379") + "," + listen
 	}
@@ -63,10 +63,10 @@ func etcdArgs(c *ir.Cluster, m ir.EtcdMember, l placement) []string {
 		flag("name", m.Name),
 		flag("data-dir", l.at(layout.EtcdDataDir)),
 		flag("listen-client-urls", listen),
-		flag("advertise-client-urls", m.ClientURL),
-		flag("listen-peer-urls", m.PeerURL),
-		flag("initial-advertise-peer-urls", m.PeerURL),
-		flag("initial-cluster", c.Etcd.InitialCluster),
+		flag("advertise-client-urls", m.ClientURL()),
+		flag("listen-peer-urls", m.PeerURL()),
+		flag("initial-advertise-peer-urls", m.PeerURL()),
+		flag("initial-cluster", c.Etcd.InitialCluster()),
 		flag("initial-cluster-state", "new"),
 		flag("initial-cluster-token", c.Name),
 		flag("listen-metrics-urls", "http://"+net.JoinHostPort(l.loopback.String(), "2381")),
@@ -164,11 +164,11 @@ func etcdServers(c *ir.Cluster, n ir.Node) []string {
 	if n.Runs(ir.ComponentEtcd) {
 		for _, m := range c.Etcd.Members {
 			if m.Node == n.Name {
-				return []string{m.ClientURL}
+				return []string{m.ClientURL()}
 			}
 		}
 	}
-	return c.Etcd.ClientURLs
+	return c.Etcd.ClientURLs()
 }
 
 // controllerManagerArgs are kube-controller-manager's flags: node CIDR

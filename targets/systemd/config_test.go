@@ -113,7 +113,7 @@ func TestCrossArtifactValues(t *testing.T) {
 	ext := fixture.Cluster(t, "external-etcd", nil)
 	for _, n := range ext.Nodes {
 		if n.Runs(ir.ComponentAPIServer) {
-			if got := strings.Join(etcdServers(ext, n), ","); got != strings.Join(ext.Etcd.ClientURLs, ",") || len(ext.Etcd.ClientURLs) != 5 {
+			if got := strings.Join(etcdServers(ext, n), ","); got != strings.Join(ext.Etcd.ClientURLs(), ",") || len(ext.Etcd.ClientURLs()) != 5 {
 				t.Errorf("external etcd: %s talks to %s", n.Name, got)
 			}
 		}

@@ -180,7 +180,7 @@ func TestEndpointNodeLocal(t *testing.T) {
 		}
 	}
 	admin, _ := tree.Get(layout.ClusterTree("admin.conf"))
-	if !strings.Contains(string(admin.Data), `server: "`+c.Endpoint.URL+`"`) {
-		t.Errorf("admin.conf does not dial the endpoint %s", c.Endpoint.URL)
+	if !strings.Contains(string(admin.Data), `server: "`+c.Endpoint.URL()+`"`) {
+		t.Errorf("admin.conf does not dial the endpoint %s", c.Endpoint.URL())
 	}
 }
