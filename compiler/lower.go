@@ -341,11 +341,12 @@ func nodeBinaries(s *specCluster, n ir.Node) []ir.Binary {
 	}
 	// The endpoint's proxies come from the distribution's packages.
 	if ep := s.ControlPlane.Endpoint; ep != nil {
-		switch {
-		case ep.Mode == string(ir.EndpointVIP) && n.Runs(ir.ComponentAPIServer):
-			out = append(out, ir.Binary{Path: layout.Abs(layout.HAProxyProgram), OS: true}, ir.Binary{Path: layout.Abs(layout.KeepalivedProgram), OS: true})
-		case ep.Mode == string(ir.EndpointNodeLocal) && n.RunsPods():
+		e := ir.Endpoint{Mode: ir.EndpointMode(ep.Mode)}
+		if e.ProxiedOn(n) {
 			out = append(out, ir.Binary{Path: layout.Abs(layout.HAProxyProgram), OS: true})
+		}
+		if e.ProxiedOn(n) && e.Mode == ir.EndpointVIP {
+			out = append(out, ir.Binary{Path: layout.Abs(layout.KeepalivedProgram), OS: true})
 		}
 	}
 	if n.Runs(ir.ComponentAPIServer) {

@@ -119,6 +119,20 @@ func (e Endpoint) Served() string {
 	return "outside the spec (a load balancer or DNS in front of the API servers)"
 }
 
+// ProxiedOn says whether node n runs the endpoint's HAProxy: every API
+// server's node in mode vip (beside keepalived), every node that runs
+// pods in mode nodeLocal. The PKI (its health-check client), the systemd
+// target (the units) and the binaries a node needs all ask here.
+func (e Endpoint) ProxiedOn(n Node) bool {
+	switch e.Mode {
+	case EndpointVIP:
+		return n.Runs(ComponentAPIServer)
+	case EndpointNodeLocal:
+		return n.RunsPods()
+	}
+	return false
+}
+
 // NodeHostPort is the host and port of NodeURL.
 func (e Endpoint) NodeHostPort() (string, int) {
 	if e.Mode == EndpointNodeLocal {

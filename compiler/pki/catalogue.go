@@ -104,7 +104,7 @@ func Catalogue(c *ir.Cluster) []Cert {
 		if n.RunsPods() {
 			out = append(out, nodeCerts(c, n)...)
 		}
-		if RunsEndpointProxy(c, n) {
+		if c.Endpoint.ProxiedOn(n) {
 			out = append(out, Cert{ID: "endpoint-health@" + n.Name, Name: "endpoint-health", Node: n.Name, CA: ClusterCA,
 				CommonName: userEndpointHealth, Client: true, File: layout.EndpointHealthStem})
 		}
@@ -116,19 +116,6 @@ func Catalogue(c *ir.Cluster) []Cert {
 			Client: true, Kubeconfig: &Kubeconfig{Path: layout.SuperAdminKubeconfig, Server: c.Endpoint.URL()}},
 	)
 	return out
-}
-
-// RunsEndpointProxy says whether node n runs the endpoint's HAProxy:
-// every control-plane node in mode vip (the one holding the address
-// serves it), every node with a kubelet in mode nodeLocal.
-func RunsEndpointProxy(c *ir.Cluster, n ir.Node) bool {
-	switch c.Endpoint.Mode {
-	case ir.EndpointVIP:
-		return n.Runs(ir.ComponentAPIServer)
-	case ir.EndpointNodeLocal:
-		return n.RunsPods()
-	}
-	return false
 }
 
 // localAPIServer is the URL the control-plane components of a node use:

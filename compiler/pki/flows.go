@@ -76,7 +76,7 @@ func Flows(c *ir.Cluster) []Flow {
 		// verifies the certificate's DNS name "kubernetes" (HAProxy
 		// matches no IP SAN).
 		for _, n := range c.Nodes {
-			if RunsEndpointProxy(c, n) {
+			if c.Endpoint.ProxiedOn(n) {
 				out = append(out, Flow{Kind: "endpoint-health→apiserver", Client: "endpoint-health@" + n.Name, Server: srv, ServerName: "kubernetes",
 					ServerCA: ClusterCA, ClientCA: ClusterCA, User: userEndpointHealth, Setting: "controlPlane.endpoint.mode"})
 			}

@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	"github.com/kcompile/kcompile/compiler/ir"
-	"github.com/kcompile/kcompile/compiler/pki"
 	"github.com/kcompile/kcompile/internal/unitfile"
 	"github.com/kcompile/kcompile/layout"
 )
@@ -248,7 +247,7 @@ func vrrpAddr(c *ir.Cluster, n ir.Node) netip.Addr {
 // endpointUnits are the endpoint's services on node n: HAProxy, and in
 // mode vip keepalived after it.
 func endpointUnits(c *ir.Cluster, n ir.Node, l placement) []UnitFile {
-	if !pki.RunsEndpointProxy(c, n) {
+	if !c.Endpoint.ProxiedOn(n) {
 		return nil
 	}
 	var caps []string
@@ -313,7 +312,7 @@ func endpointUnits(c *ir.Cluster, n ir.Node, l placement) []UnitFile {
 // endpointFiles are the endpoint's configuration files on node n, by
 // path, with their modes.
 func endpointFiles(c *ir.Cluster, n ir.Node, l placement) (map[string]endpointFile, error) {
-	if !pki.RunsEndpointProxy(c, n) {
+	if !c.Endpoint.ProxiedOn(n) {
 		return nil, nil
 	}
 	out := map[string]endpointFile{}
