@@ -6,6 +6,7 @@ package docs
 import (
 	"bufio"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"regexp"
@@ -71,7 +72,7 @@ func TestImportRuleBroken(t *testing.T) {
 // breaks them.
 func checkImports(graph, rules map[string][]string) []string {
 	var out []string
-	for _, pkg := range slices.Sorted(keys(graph)) {
+	for _, pkg := range slices.Sorted(maps.Keys(graph)) {
 		allowed, ok := rules[pkg]
 		if !ok {
 			out = append(out, fmt.Sprintf("%s has no row in docs/architecture.md's package table: add one saying what it owns and imports", pkg))
@@ -88,22 +89,12 @@ func checkImports(graph, rules map[string][]string) []string {
 			}
 		}
 	}
-	for _, pkg := range slices.Sorted(keys(rules)) {
+	for _, pkg := range slices.Sorted(maps.Keys(rules)) {
 		if _, ok := graph[pkg]; !ok {
 			out = append(out, fmt.Sprintf("docs/architecture.md has a row for %s, which is no package", pkg))
 		}
 	}
 	return out
-}
-
-func keys[V any](m map[string]V) func(func(string) bool) {
-	return func(yield func(string) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
 }
 
 var (

@@ -209,11 +209,15 @@ func findings(diags diag.List, policies bool) (own, found diag.List) {
 	return own, found
 }
 
-// PolicyLoadError says which policies did not load or evaluate, among a
-// run's diagnostics, or nil.
-func PolicyLoadError(diags diag.List) error {
+// PolicyLoadError says which policies did not load or evaluate, or nil.
+// Policies are evaluated only on a spec that compiled: before that, an
+// evaluation bound or an internal error is the spec's own.
+func (o *Output) PolicyLoadError() error {
+	if o.Cluster == nil {
+		return nil
+	}
 	var broken []string
-	for _, d := range diags {
+	for _, d := range o.Diagnostics {
 		switch d.Code {
 		case compiler.CodePolicyLoad, compiler.CodePolicyShape, compiler.CodePolicyNothing, compiler.CodeInternal, compiler.CodePolicyEval, compiler.CodeEvalBound:
 			broken = append(broken, fmt.Sprintf("  %s: %s %s: %s", d.Primary(), d.Severity, d.Code, d.Message))

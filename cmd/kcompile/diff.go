@@ -221,7 +221,7 @@ func (c *diffCmd) side(e *env, b *pki.Bundle, dir, label string, at func(diag.Li
 	if err != nil {
 		return review.Side{}, err
 	}
-	if err := pipeline.PolicyLoadError(out.Diagnostics); err != nil {
+	if err := out.PolicyLoadError(); err != nil {
 		return review.Side{}, fmt.Errorf("%s: %w", label, err)
 	}
 	if out.Diagnostics.HasErrors() {

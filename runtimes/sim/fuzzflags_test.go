@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"path"
 	"slices"
 	"strings"
@@ -84,7 +85,7 @@ func componentLeaves(o specfuzz.Outcome) ([]specfuzz.Leaf, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s %s: %w\n%q", node, unit, err, cmds[0].Argv)
 		}
-		for _, k := range slices.Sorted(mapKeys(flags)) {
+		for _, k := range slices.Sorted(maps.Keys(flags)) {
 			// A list or map flag prints its items in its own order (a
 			// map's sorted by key): compared item by item.
 			at := node + " " + unit + " --" + k
@@ -103,16 +104,6 @@ func componentLeaves(o specfuzz.Outcome) ([]specfuzz.Leaf, error) {
 		}
 	}
 	return out, nil
-}
-
-func mapKeys[V any](m map[string]V) func(func(string) bool) {
-	return func(yield func(string) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
 }
 
 // componentParser parses a unit's arguments with its program's flag set

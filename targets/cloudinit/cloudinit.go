@@ -28,7 +28,7 @@ import (
 // (Flatcar, whose /usr is read-only, boots with Ignition). This package
 // cannot import targets/systemd: its tests use review, which imports
 // this package. A test holds the two to one value.
-var startScript = layout.Abs(layout.LibDir + "/" + layout.StartScript)
+const startScript = "/" + layout.LibDir + "/" + layout.StartScript
 
 // writeFile is one entry of write_files.
 type writeFile struct {

@@ -123,9 +123,9 @@ func withRuntimeLimits(u *unitfile.File) {
 // etcdSysusers and etcdTmpfiles give the data directory the owner and
 // mode CIS 1.1.11 and 1.1.12 ask for: an etcd system user, 0700. etcd
 // itself runs as root, because its keys stay root-owned (CIS 1.1.19).
-var (
-	etcdSysusers = "u etcd - \"etcd data\" " + layout.Abs(layout.EtcdDataDir) + "\n"
-	etcdTmpfiles = "d " + layout.Abs(layout.EtcdDataDir) + " 0700 etcd etcd -\n"
+const (
+	etcdSysusers = "u etcd - \"etcd data\" " + "/" + layout.EtcdDataDir + "\n"
+	etcdTmpfiles = "d " + "/" + layout.EtcdDataDir + " 0700 etcd etcd -\n"
 )
 
 // sandbox confines a control-plane daemon: it reads its configuration
