@@ -111,6 +111,15 @@ const (
 	CloudInitNoCloudSeed = "var/lib/cloud/seed/nocloud/"
 )
 
+// The files of a node's cloud-init NoCloud seed: in the cloudinit
+// target's tree beside each other, under CloudInitNoCloudSeed on a
+// machine kcompile up boots.
+const (
+	UserData      = "user-data"
+	MetaData      = "meta-data"
+	NetworkConfig = "network-config"
+)
+
 // Units, drop-ins and the host's configuration directories.
 const (
 	UnitDir = "etc/systemd/system/"

@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -14,16 +15,32 @@ import (
 	"github.com/kcompile/kcompile/compiler/pki"
 )
 
+// missingBundle is a bundle file that is not there.
+type missingBundle struct {
+	file string
+	err  error
+}
+
+func (m missingBundle) Error() string {
+	return fmt.Sprintf("secrets bundle %s does not exist; create one with `kcompile secrets init -s %s`", m.file, m.file)
+}
+
+func (m missingBundle) Unwrap() error { return m.err }
+
 // LoadBundle reads a secrets bundle. A bundle that is there but cannot be
 // used (open to other users, damaged, not a regular file) is reported as
-// a diagnostic at its file; one that cannot be opened (missing:
-// fs.ErrNotExist) as an error. Neither ever quotes key material.
+// a diagnostic at its file; one that cannot be opened as an error (a
+// missing one is fs.ErrNotExist, saying how to make one). Neither ever
+// quotes key material.
 func LoadBundle(file string) (*pki.Bundle, diag.List, error) {
 	at := []diag.Pos{{File: file}}
 	// Something other than a regular file (a named pipe, a device, a
 	// socket, a directory) is refused before it is opened: opening a
 	// named pipe waits for a writer, forever if none comes.
 	info, err := os.Stat(file)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil, missingBundle{file: file, err: err}
+	}
 	if err != nil {
 		return nil, nil, err
 	}

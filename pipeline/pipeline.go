@@ -61,9 +61,13 @@ func (t Target) needs() []Target {
 	return nil
 }
 
+// Source is a spec's directory with the policies and profile it is
+// checked against.
+type Source = compiler.Source
+
 // Input is one run of the pipeline.
 type Input struct {
-	Source compiler.Source
+	Source Source
 	// Bundle is the secrets bundle; without it the spec is only checked.
 	Bundle *pki.Bundle
 	// Now is the caller's clock, which the bundle's checks compare the
@@ -85,6 +89,10 @@ type Input struct {
 	// compares them as findings of either side of a change. A policy that
 	// does not load stays an error.
 	Findings bool
+	// Scenario is a scenario file for the simulator, checked against the
+	// compiled cluster (a misspelt node costs no boot): Output.Scenario,
+	// or errors among the diagnostics.
+	Scenario string
 }
 
 func (in Input) stage(format string, args ...any) {
@@ -109,6 +117,8 @@ type Output struct {
 	// waivers with the violations each hides.
 	Findings diag.List
 	Waivers  []compiler.Waiver
+	// Scenario is Input.Scenario's steps, when it loaded.
+	Scenario *ir.Scenario
 }
 
 // Run compiles, checks, issues and builds. Diagnostics are about the
@@ -127,13 +137,18 @@ func Run(in Input) (*Output, error) {
 		return out, nil
 	}
 	out.Cluster = c
+	if in.Scenario != "" {
+		var d diag.List
+		out.Scenario, d = compiler.LoadScenario(in.Scenario, c)
+		diags = append(diags, d...)
+	}
 	diags = append(diags, pki.Check(c, in.Bundle, in.Now)...)
 	if diags.HasErrors() || in.Bundle == nil || !in.Issue && len(in.Targets) == 0 {
 		out.Diagnostics = diags.Sorted()
 		return out, nil
 	}
 	in.stage("issuing the PKI of %d nodes", len(c.Nodes))
-	m, err := pki.Issue(c, in.Bundle)
+	m, err := issue(c, in.Bundle, nil)
 	if err != nil {
 		return nil, fmt.Errorf("kcompile bug: %w", err)
 	}
@@ -184,6 +199,49 @@ func Run(in Input) (*Output, error) {
 	return out, nil
 }
 
+// Placement is how a runtime places a compiled, checked cluster where
+// it runs it: the cluster it runs (the simulator's, on addresses of its
+// own), which certificates of the catalogue it needs, and where the
+// systemd tree lives.
+type Placement struct {
+	// Certs keeps a certificate of the catalogue; nil keeps them all.
+	Certs func(pki.Cert) bool
+	// Systemd places the tree: root, loopback, extra arguments, whose
+	// trees are rendered.
+	Systemd systemd.Options
+}
+
+// Place issues the PKI of c, a cluster Run compiled and checked or a
+// runtime's placement of one, and builds its systemd tree as p says:
+// the same stages as Run's, so that what a runtime runs is what the
+// systemd target builds.
+func Place(c *ir.Cluster, b *pki.Bundle, p Placement) (*pki.Material, *targets.Tree, error) {
+	m, err := issue(c, b, p.Certs)
+	if err != nil {
+		return nil, nil, fmt.Errorf("kcompile bug: %w", err)
+	}
+	tree, _, err := build(Systemd, m, nil, p.Systemd)
+	if err != nil {
+		return nil, nil, fmt.Errorf("kcompile bug: the %s target: %w", Systemd, err)
+	}
+	return m, tree, nil
+}
+
+// issue issues the certificates of c's catalogue that keep keeps (all
+// when keep is nil).
+func issue(c *ir.Cluster, b *pki.Bundle, keep func(pki.Cert) bool) (*pki.Material, error) {
+	if keep == nil {
+		return pki.Issue(c, b)
+	}
+	var certs []pki.Cert
+	for _, cert := range pki.Catalogue(c) {
+		if keep(cert) {
+			certs = append(certs, cert)
+		}
+	}
+	return pki.IssueCerts(c, b, certs)
+}
+
 // findings parts the diagnostics of a compile with policies into the
 // spec's own and what the policies and the profile find: a policy's
 // violation carries the policy's id, which no rule of kcompile has.
@@ -207,6 +265,22 @@ func findings(diags diag.List, policies bool) (own, found diag.List) {
 		}
 	}
 	return own, found
+}
+
+// Stopped says, in the words the commands print, why a run with an
+// error among its diagnostics produced nothing: the spec's errors, the
+// scenario's, the bundle not fitting the spec, or else otherwise (a
+// target's own error, such as a node config over its size limit).
+func (o *Output) Stopped(in Input, otherwise string) string {
+	switch {
+	case o.Cluster == nil:
+		return "the spec has errors; `kcompile check` explains them"
+	case in.Scenario != "" && o.Scenario == nil:
+		return "the scenario has errors"
+	case o.Material == nil:
+		return "the spec and the secrets bundle do not fit together"
+	}
+	return otherwise
 }
 
 // PolicyLoadError says which policies did not load or evaluate, or nil.

@@ -123,7 +123,8 @@ type Side struct {
 	Tree  *targets.Tree
 	Etcd  []EtcdMember
 	// Endpoint says where clients reach the API and what serves it,
-	// e.g. "https://10.0.0.10:6443, a VIP of the control-plane nodes".
+	// e.g. "https://10.0.0.10:6443, served by the only control-plane
+	// node's API server".
 	Endpoint string
 	// Facts are the settings a restart does not apply; nil when the
 	// side is a bare tree (a golden directory).

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kcompile/kcompile/internal/writer"
 	"github.com/kcompile/kcompile/targets"
 )
 
@@ -33,7 +34,7 @@ func TestTextDiffAppliesWithGNUPatch(t *testing.T) {
 			t.Fatal(err)
 		}
 		dir := t.TempDir()
-		if _, err := targets.Write(filepath.Join(dir, "t"), base, targets.WriteOptions{}); err != nil {
+		if _, err := writer.Write(filepath.Join(dir, "t"), base, writer.Options{}); err != nil {
 			t.Fatal(err)
 		}
 		cmd := exec.Command("patch", "-p1", "--batch", "--force", "--remove-empty-files", "--no-backup-if-mismatch", "-d", filepath.Join(dir, "t"))

@@ -2,7 +2,6 @@ package review
 
 import (
 	"fmt"
-	"net"
 	"slices"
 	"strings"
 )
@@ -38,9 +37,6 @@ type Step struct {
 	Why     string   `json:"why"`
 	Actions []string `json:"actions"`
 }
-
-// etcdPeerPort is the port etcd members talk to each other on.
-const etcdPeerPort = "2380"
 
 // effects are the steps a change needs, in order: trust first (a new
 // CA), then etcd's membership, the ranges and the domain, and last the
@@ -135,18 +131,17 @@ func etcdSteps(a, b []EtcdMember, e *EtcdChange) []Step {
 		}
 		return EtcdMember{}
 	}
-	peer := func(addr string) string { return "https://" + net.JoinHostPort(addr, etcdPeerPort) }
 	var actions []string
 	for _, m := range e.Moved {
 		name, _, _ := strings.Cut(m, ":")
 		nm := byName(b, name)
 		actions = append(actions,
-			fmt.Sprintf("etcdctl member update <ID of %s> --peer-urls=%s, then restart etcd on %s at its new address and wait until it is healthy", name, peer(nm.Address), nm.Node))
+			fmt.Sprintf("etcdctl member update <ID of %s> --peer-urls=%s, then restart etcd on %s at its new address and wait until it is healthy", name, nm.PeerURL, nm.Node))
 	}
 	for _, name := range e.Added {
 		nm := byName(b, name)
 		actions = append(actions,
-			fmt.Sprintf("etcdctl member add %s --peer-urls=%s, then start etcd on %s with --initial-cluster-state=existing (its unit says new, which only a first cluster may) and wait until it is healthy", name, peer(nm.Address), nm.Node))
+			fmt.Sprintf("etcdctl member add %s --peer-urls=%s, then start etcd on %s with --initial-cluster-state=existing (its unit says new, which only a first cluster may) and wait until it is healthy", name, nm.PeerURL, nm.Node))
 	}
 	for _, name := range e.Removed {
 		om := byName(a, name)

@@ -21,7 +21,7 @@ func baseFacts() *Facts {
 	}
 }
 
-var members = []EtcdMember{{Name: "cp1", Address: "10.0.0.11", Node: "cp1"}, {Name: "cp2", Address: "10.0.0.12", Node: "cp2"}, {Name: "cp3", Address: "10.0.0.13", Node: "cp3"}}
+var members = []EtcdMember{{Name: "cp1", Address: "10.0.0.11", Node: "cp1", PeerURL: "https://10.0.0.11:2380"}, {Name: "cp2", Address: "10.0.0.12", Node: "cp2", PeerURL: "https://10.0.0.12:2380"}, {Name: "cp3", Address: "10.0.0.13", Node: "cp3", PeerURL: "https://10.0.0.13:2380"}}
 
 // steps compares two sides that differ only in their facts and etcd
 // members.
@@ -62,7 +62,7 @@ func TestEffects(t *testing.T) {
 			setting: "kubernetes CA sha256:aaaa → sha256:dddd", want: []string{"trust both CAs", "remove the old CA"}},
 		{name: "service-account key", change: func(f *Facts) { f.CAs["service-account"] = "sha256:eeee" },
 			setting: "service-account signing key", want: []string{"both public keys"}},
-		{name: "etcd member moved", ea: members, eb: []EtcdMember{members[0], members[1], {Name: "cp3", Address: "10.0.0.23", Node: "cp3"}},
+		{name: "etcd member moved", ea: members, eb: []EtcdMember{members[0], members[1], {Name: "cp3", Address: "10.0.0.23", Node: "cp3", PeerURL: "https://10.0.0.23:2380"}},
 			setting: "etcd membership", want: []string{"etcdctl member update <ID of cp3> --peer-urls=https://10.0.0.23:2380"}},
 		{name: "etcd members added and removed", ea: members[:2], eb: []EtcdMember{members[1], members[2]},
 			setting: "etcd membership", want: []string{

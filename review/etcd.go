@@ -14,6 +14,9 @@ type EtcdMember struct {
 	Address string `json:"address"`
 	// Node runs the member (itself for external members).
 	Node string `json:"node"`
+	// PeerURL is the member's ir.EtcdMember.PeerURL, which the membership
+	// commands of a change name.
+	PeerURL string `json:"-"`
 }
 
 // EtcdChange is etcd's membership and quorum before and after.

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/kcompile/kcompile/compiler/pki"
+	"github.com/kcompile/kcompile/internal/writer"
 	"github.com/kcompile/kcompile/targets"
 )
 
@@ -138,7 +139,7 @@ func ReadDir(dir string) (*targets.Tree, error) {
 		return nil, err
 	}
 	tree := targets.NewTree()
-	manifest := filepath.Join(dir, targets.ManifestName)
+	manifest := filepath.Join(dir, writer.ManifestName)
 	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() || p == manifest {
 			return err

@@ -2,7 +2,6 @@ package review
 
 import (
 	"crypto/x509"
-	"fmt"
 
 	"github.com/kcompile/kcompile/compiler/diag"
 	"github.com/kcompile/kcompile/compiler/ir"
@@ -100,24 +99,14 @@ func factsOf(c *ir.Cluster, m *pki.Material) *Facts {
 	return f
 }
 
-// endpointOf says where clients reach the API and what serves it.
-func endpointOf(c *ir.Cluster) string {
-	e := c.Endpoint
-	switch e.Mode {
-	case ir.EndpointVIP:
-		return fmt.Sprintf("%s, a VIP of the control-plane nodes (VRRP router %d)", e.URL(), e.RouterID)
-	case ir.EndpointNodeLocal:
-		return fmt.Sprintf("%s outside the cluster, %s on every node", e.URL(), e.NodeURL())
-	case ir.EndpointNode:
-		return e.URL() + ", the only control-plane node"
-	}
-	return e.URL() + ", served outside the spec"
-}
+// endpointOf says where clients reach the API and what serves it, in
+// the words explain and the pictures use.
+func endpointOf(c *ir.Cluster) string { return c.Endpoint.URL() + ", served " + c.Endpoint.Served() }
 
 func etcdMembers(c *ir.Cluster) []EtcdMember {
 	var out []EtcdMember
 	for _, m := range c.Etcd.Members {
-		out = append(out, EtcdMember{Name: m.Name, Address: m.Address.String(), Node: m.Node})
+		out = append(out, EtcdMember{Name: m.Name, Address: m.Address.String(), Node: m.Node, PeerURL: m.PeerURL()})
 	}
 	return out
 }

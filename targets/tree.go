@@ -1,6 +1,7 @@
 // Package targets holds what every compilation target shares: the Tree a
 // target renders into (sorted paths, contents and modes, nothing on disk)
-// and the atomic writer that puts a tree on disk.
+// and what the node-config targets share of checking it. Putting a tree
+// on disk is internal/writer's.
 package targets
 
 import (
@@ -10,6 +11,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/kcompile/kcompile/compiler/ir"
 	"github.com/kcompile/kcompile/layout"
 )
 
@@ -45,6 +47,20 @@ func SplitNodes(t *Tree) (*Tree, map[string][]File, error) {
 type NodeSize struct {
 	Node  string
 	Bytes int
+}
+
+// Sizes are the sizes of file (a node-relative path) in the node trees
+// of tree, for the nodes of c that have one (has), in node order: a
+// node-config target's sizes, which the checks compare with the limits.
+func Sizes(c *ir.Cluster, tree *Tree, file string, has func(ir.Node) bool) []NodeSize {
+	var out []NodeSize
+	for _, n := range c.Nodes {
+		if has(n) {
+			f, _ := tree.Get(layout.NodeTree(n.Name, file))
+			out = append(out, NodeSize{Node: n.Name, Bytes: len(f.Data)})
+		}
+	}
+	return out
 }
 
 // Decoded is a node config (cloud-init user-data, an Ignition config)

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 
 	"github.com/kcompile/kcompile/compiler/diag"
+	"github.com/kcompile/kcompile/internal/writer"
+	"github.com/kcompile/kcompile/layout"
 	"github.com/kcompile/kcompile/pipeline"
 	"github.com/kcompile/kcompile/targets"
 )
@@ -64,7 +66,7 @@ func (c *buildCmd) Run(e *env) error {
 	kind := ""
 	switch target {
 	case pipeline.CloudInit:
-		sizes, kind = out.Sizes, "user-data"
+		sizes, kind = out.Sizes, layout.UserData
 	case pipeline.Ignition:
 		sizes, kind = out.IgnitionSizes, "ignition"
 	}
@@ -100,8 +102,8 @@ func (c *buildCmd) Run(e *env) error {
 // manifest says so and verifies with key, the bundle's manifest key;
 // replace is the --replace flag.
 func writeTree(e *env, dir string, tree *targets.Tree, key []byte, replace bool) error {
-	res, err := targets.Write(dir, tree, targets.WriteOptions{Version: version(), Replace: replace, Key: key})
-	var foreign *targets.ForeignError
+	res, err := writer.Write(dir, tree, writer.Options{Version: version(), Replace: replace, Key: key})
+	var foreign *writer.ForeignError
 	if errors.As(err, &foreign) {
 		return statusError{code: exitProblems, msg: err.Error() + "; nothing was written: move it away, or pass --replace to move it aside and write anyway"}
 	}

@@ -1,20 +1,13 @@
 package main
 
 import (
-	"bytes"
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"slices"
 	"strings"
-	"time"
 
-	"github.com/kcompile/kcompile/compiler"
+	"github.com/kcompile/kcompile/compare"
 	"github.com/kcompile/kcompile/compiler/diag"
-	"github.com/kcompile/kcompile/compiler/pki"
 	"github.com/kcompile/kcompile/pipeline"
 	"github.com/kcompile/kcompile/review"
 )
@@ -63,99 +56,17 @@ func (c *diffCmd) Run(e *env) error {
 }
 
 func (c *diffCmd) compare(e *env) (*review.Report, error) {
-	switch {
-	case c.Golden:
-		if c.Git != "" || len(c.Args) != 2 {
-			return nil, errors.New("diff --golden takes GOLDEN OUT: a golden directory and a built tree")
-		}
-		golden, err := review.ReadDir(c.Args[0])
-		if err != nil {
-			return nil, err
-		}
-		built, err := review.ReadDir(c.Args[1])
-		if err != nil {
-			return nil, err
-		}
-		if built, err = review.WithSummaries(built); err != nil {
-			return nil, err
-		}
-		return review.Compare(review.Side{Label: c.Args[0], Tree: golden}, review.Side{Label: c.Args[1], Tree: built},
-			review.Options{IgnoreModes: true}), nil
-	case c.Git != "":
-		if len(c.Args) > 1 {
-			return nil, errors.New("diff --git REV1..REV2 takes at most one spec directory")
-		}
-		dir := "."
-		if len(c.Args) == 1 {
-			dir = c.Args[0]
-		}
-		rev1, rev2, ok := strings.Cut(c.Git, "..")
-		if !ok || rev1 == "" || rev2 == "" || strings.HasPrefix(rev2, ".") {
-			return nil, fmt.Errorf("--git %q: write two revisions as REV1..REV2", c.Git)
-		}
-		b, err := c.bundle(e)
-		if err != nil {
-			return nil, err
-		}
-		var sides [2]review.Side
-		for i, rev := range []string{rev1, rev2} {
-			tmp, err := os.MkdirTemp("", "kcompile-diff-")
-			if err != nil {
-				return nil, err
-			}
-			defer os.RemoveAll(tmp)
-			if err := exportSpec(dir, rev, tmp); err != nil {
-				return nil, err
-			}
-			// Positions name the revision, not the temporary copy that
-			// is gone when the report is read.
-			at := func(l diag.List) diag.List { return underName(l, tmp, rev+":"+filepath.ToSlash(filepath.Clean(dir))) }
-			if sides[i], err = c.side(e, b, tmp, rev+":"+dir, at); err != nil {
-				return nil, err
-			}
-		}
-		return c.compareSides(sides[0], sides[1]), nil
+	ts := []pipeline.Target{pipeline.Target(c.Target)}
+	if c.Target == "all" {
+		ts = pipeline.Reviewed()
 	}
-	if len(c.Args) != 2 {
-		return nil, errors.New("diff takes BASE HEAD (two spec directories), --git REV1..REV2 [DIR] or --golden GOLDEN OUT")
+	r, err := compare.Run(compare.Input{Args: c.Args, Git: c.Git, Golden: c.Golden, Secrets: c.Secrets, Targets: ts,
+		Policies: c.Policy, Profile: c.Profile, Bound: e.bound, Now: e.now, Rand: rand.Reader, Cwd: e.cwd, Stage: e.progress.stage})
+	var p *compare.Problems
+	if errors.As(err, &p) {
+		return nil, printDiagnostics(e, p.Diagnostics, p.Msg)
 	}
-	b, err := c.bundle(e)
-	if err != nil {
-		return nil, err
-	}
-	var sides [2]review.Side
-	for i, dir := range c.Args {
-		if sides[i], err = c.side(e, b, dir, dir, func(l diag.List) diag.List { return l.Relative(e.cwd) }); err != nil {
-			return nil, err
-		}
-	}
-	return c.compareSides(sides[0], sides[1]), nil
-}
-
-// bundle is the secrets bundle of --secrets, or else one made for this
-// comparison alone (as secrets init makes one, from the clock and
-// crypto/rand), which both sides share so that only the spec's change
-// shows; it is never written anywhere.
-func (c *diffCmd) bundle(e *env) (*pki.Bundle, error) {
-	if c.Secrets == "" {
-		return pki.New(rand.Reader, e.now, pki.NewOptions{Algorithm: pki.ECDSAP256, CAValidity: throwawayCAValidity})
-	}
-	b, diags, err := loadBundle(c.Secrets)
-	if err != nil {
-		return nil, err
-	}
-	if diags.HasErrors() {
-		return nil, printDiagnostics(e, diags, "cannot use the secrets bundle "+c.Secrets)
-	}
-	return b, nil
-}
-
-// throwawayCAValidity is secrets init's default, so that a spec's leaf
-// validity fits the throwaway CAs as it fits a bundle made by default.
-const throwawayCAValidity = 10 * 365 * 24 * time.Hour
-
-func (c *diffCmd) compareSides(a, b review.Side) *review.Report {
-	return review.Compare(a, b, review.Options{ThrowawayKeys: c.Secrets == ""})
+	return r, err
 }
 
 // textCommand is the command that prints this comparison as text, which
@@ -186,110 +97,4 @@ func (c *diffCmd) textCommand() string {
 		args[i] = shQuote(a)
 	}
 	return strings.Join(args, " ")
-}
-
-// underName rewrites the positions of diagnostics in the directory dir
-// as positions under name.
-func underName(l diag.List, dir, name string) diag.List {
-	out := make(diag.List, len(l))
-	for i, d := range l {
-		d.Positions = slices.Clone(d.Positions)
-		for j, p := range d.Positions {
-			if rel, err := filepath.Rel(dir, p.File); err == nil && filepath.IsAbs(p.File) && !strings.HasPrefix(rel, "..") {
-				d.Positions[j].File = name + "/" + filepath.ToSlash(rel)
-			}
-		}
-		out[i] = d
-	}
-	return out
-}
-
-// side compiles one spec with the shared bundle (and, with --policy, its
-// policies, in the same compile) and builds the target(s). Its warnings
-// are not printed: the report compares them. at rewrites the positions
-// of its diagnostics for the report.
-func (c *diffCmd) side(e *env, b *pki.Bundle, dir, label string, at func(diag.List) diag.List) (review.Side, error) {
-	names := []pipeline.Target{pipeline.Target(c.Target)}
-	if c.Target == "all" {
-		names = pipeline.Reviewed()
-	}
-	src := compiler.Source{Dir: dir, Bound: e.bound, Policies: c.Policy}
-	if len(c.Policy) > 0 {
-		src.Profile = c.Profile
-	}
-	out, err := pipeline.Run(pipeline.Input{Source: src, Bundle: b, Now: e.now, Issue: true, Targets: names, Stage: e.progress.stage, Findings: true})
-	if err != nil {
-		return review.Side{}, err
-	}
-	if err := out.PolicyLoadError(); err != nil {
-		return review.Side{}, fmt.Errorf("%s: %w", label, err)
-	}
-	if out.Diagnostics.HasErrors() {
-		msg := "nothing compared"
-		switch {
-		case out.Cluster == nil:
-			msg = "the spec has errors; `kcompile check` explains them"
-		case out.Material == nil:
-			msg = "the spec and the secrets bundle do not fit together"
-		}
-		err := printDiagnostics(e, out.Diagnostics, msg)
-		var s statusError
-		if errors.As(err, &s) {
-			return review.Side{}, fmt.Errorf("%s: %s", label, s.msg)
-		}
-		return review.Side{}, err
-	}
-	compiled := review.Compiled{Cluster: out.Cluster, Material: out.Material, Diagnostics: out.Diagnostics, Findings: out.Findings}
-	for _, t := range names {
-		compiled.Trees = append(compiled.Trees, review.NamedTree{Name: string(t), Tree: out.Trees[t]})
-	}
-	for _, w := range out.Waivers {
-		compiled.Waivers = append(compiled.Waivers, review.Waiver{ID: w.ID, Reason: w.Reason, Positions: w.Positions, Waives: w.Waives})
-	}
-	return review.SideOf(label, compiled, at)
-}
-
-// exportSpec writes the files of the spec directory dir as they are at
-// git revision rev into out.
-func exportSpec(dir, rev, out string) error {
-	git := func(args ...string) ([]byte, error) {
-		cmd := exec.Command("git", append([]string{"-C", dir}, args...)...)
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		b, err := cmd.Output()
-		if err != nil {
-			return nil, fmt.Errorf("git %s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
-		}
-		return b, nil
-	}
-	if _, err := git("rev-parse", "--verify", "--quiet", rev+"^{commit}"); err != nil {
-		return fmt.Errorf("%s is not a revision of the repository at %s: %w", rev, dir, err)
-	}
-	// Paths relative to dir, and only those below it.
-	list, err := git("ls-tree", "-r", "-z", "--name-only", rev, "--", ".")
-	if err != nil {
-		return err
-	}
-	n := 0
-	for _, name := range strings.Split(string(list), "\x00") {
-		if name == "" {
-			continue
-		}
-		data, err := git("show", rev+":./"+name)
-		if err != nil {
-			return err
-		}
-		p := filepath.Join(out, filepath.FromSlash(name))
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			return err
-		}
-		if err := os.WriteFile(p, data, 0o644); err != nil {
-			return err
-		}
-		n++
-	}
-	if n == 0 {
-		return fmt.Errorf("%s has no files at %s", dir, rev)
-	}
-	return nil
 }

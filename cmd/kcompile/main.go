@@ -9,12 +9,12 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/alecthomas/kong"
 
+	"github.com/kcompile/kcompile/internal/command"
 	"github.com/kcompile/kcompile/pipeline"
 	"github.com/kcompile/kcompile/runtimes/nspawn"
 )
@@ -25,9 +25,9 @@ func main() {
 
 // Exit statuses shared by every command.
 const (
-	exitOK       = 0
-	exitProblems = 1
-	exitUsage    = 2
+	exitOK       = command.ExitOK
+	exitProblems = command.ExitProblems
+	exitUsage    = command.ExitUsage
 )
 
 // cli is the kong grammar of kcompile.
@@ -67,50 +67,22 @@ type env struct {
 	bound func(eval func()) error
 }
 
-// exitError carries an exit status out of kong's Exit hook.
-type exitError int
-
-func run(args []string, stdin io.Reader, stdout, stderr io.Writer) (code int) {
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	var c cli
-	parser, err := kong.New(&c,
-		kong.Name("kcompile"),
-		targetNames(),
-		kong.Description("kcompile compiles a CUE specification of a Kubernetes cluster into what is needed to run it."),
-		kong.Writers(stdout, stderr),
-		kong.UsageOnError(),
-		kong.Exit(func(code int) { panic(exitError(code)) }),
-		kong.ConfigureHelp(kong.HelpOptions{Compact: true}),
-	)
-	if err != nil {
-		fmt.Fprintln(stderr, "kcompile: internal error:", err)
-		return exitUsage
-	}
-	defer func() {
-		if r := recover(); r != nil {
-			e, ok := r.(exitError)
-			if !ok {
-				panic(r)
-			}
-			code = int(e)
-			if code != exitOK {
-				code = exitUsage
-			}
-		}
-	}()
 	// kcompile alone is a newcomer asking what it does.
 	if len(args) == 0 {
 		args = []string{"--help"}
 	}
-	kctx, err := parser.Parse(args)
-	if err != nil {
-		fmt.Fprintf(stderr, "kcompile: error: %v\n", err)
-		return exitUsage
+	parser, kctx, code, ok := command.Parse(&c, "kcompile", "kcompile compiles a CUE specification of a Kubernetes cluster into what is needed to run it.",
+		args, stdout, stderr, targetNames())
+	if !ok {
+		return code
 	}
 	cwd, err := os.Getwd()
 	if err != nil {
 		cwd = ""
 	}
-	now, err := clock()
+	now, err := command.Clock()
 	if err != nil {
 		fmt.Fprintln(stderr, "kcompile:", err)
 		return exitUsage
@@ -139,20 +111,6 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) (code int) {
 		return exitProblems
 	}
 	return exitOK
-}
-
-// clock reads the time once for the whole command. SOURCE_DATE_EPOCH
-// (seconds since 1970, the reproducible-builds convention) replaces the
-// wall clock, so that builds and tests can be repeated exactly.
-func clock() (time.Time, error) {
-	if s, ok := os.LookupEnv("SOURCE_DATE_EPOCH"); ok {
-		secs, err := strconv.ParseInt(s, 10, 64)
-		if err != nil {
-			return time.Time{}, fmt.Errorf("SOURCE_DATE_EPOCH=%q is not a number of seconds", s)
-		}
-		return time.Unix(secs, 0).UTC(), nil
-	}
-	return time.Now().UTC(), nil
 }
 
 // statusError ends a command with a given exit status, optionally saying

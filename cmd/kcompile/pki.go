@@ -2,14 +2,13 @@ package main
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/kcompile/kcompile/compiler/diag"
 	"github.com/kcompile/kcompile/compiler/pki"
+	"github.com/kcompile/kcompile/pipeline"
 )
 
 type pkiCmd struct {
@@ -192,38 +191,33 @@ type pkiRenewCmd struct {
 }
 
 func (c *pkiRenewCmd) Run(e *env) error {
-	cl, err := compileSpec(e, c.Dir)
-	if err != nil {
-		return err
+	epoch := e.now
+	if c.Epoch != "" {
+		var err error
+		if epoch, err = time.Parse(time.RFC3339, c.Epoch); err != nil {
+			return statusError{code: exitUsage, msg: fmt.Sprintf("--epoch %q is not an RFC 3339 time", c.Epoch)}
+		}
 	}
 	b, diags, err := loadBundle(c.Secrets)
 	if err != nil {
 		return err
 	}
 	if diags.HasErrors() {
-		if err := diags.Relative(e.cwd).WriteText(e.stderr); err != nil {
-			return err
-		}
-		return statusError{code: exitProblems, msg: "not renewed: cannot use the secrets bundle " + c.Secrets}
+		return printDiagnostics(e, diags, "not renewed: cannot use the secrets bundle "+c.Secrets)
 	}
-	epoch := e.now
-	if c.Epoch != "" {
-		if epoch, err = time.Parse(time.RFC3339, c.Epoch); err != nil {
-			return statusError{code: exitUsage, msg: fmt.Sprintf("--epoch %q is not an RFC 3339 time", c.Epoch)}
-		}
+	r := pipeline.Renew(pipeline.Input{Source: pipeline.Source{Dir: c.Dir, Bound: e.bound}, Bundle: b, Now: e.now, Stage: e.progress.stage}, epoch)
+	switch {
+	case r.Cluster == nil:
+		return printDiagnostics(e, r.Diagnostics, "the spec has errors; `kcompile check` explains them")
+	case r.Diagnostics.HasErrors():
+		return printDiagnostics(e, r.Diagnostics, "not renewed: the bundle was left as it was")
 	}
-	// Warnings are shown as well as errors, since this is when the
-	// epoch is chosen.
-	renewed, diags := b.RenewFor(cl, epoch, e.now)
-	if len(diags) > 0 {
-		if err := diags.Relative(e.cwd).WriteText(e.stderr); err != nil {
-			return err
-		}
-		if diags.HasErrors() {
-			return statusError{code: exitProblems, msg: "not renewed: the bundle was left as it was"}
-		}
+	// Warnings are shown as well, since this is when the epoch is
+	// chosen.
+	if err := printWarnings(e, r.Diagnostics); err != nil {
+		return err
 	}
-	data, err := renewed.Marshal()
+	data, err := r.Bundle.Marshal()
 	if err != nil {
 		return err
 	}
@@ -231,7 +225,7 @@ func (c *pkiRenewCmd) Run(e *env) error {
 		return err
 	}
 	fmt.Fprintf(e.stdout, "renewed %s: epoch %s → %s; leaves are re-keyed and valid until %s; CAs unchanged\n",
-		c.Secrets, b.Epoch.Format(time.RFC3339), renewed.Epoch.Format(time.RFC3339), renewed.Epoch.Add(cl.PKI.LeafValidity).Format(time.DateOnly))
+		c.Secrets, b.Epoch.Format(time.RFC3339), r.Bundle.Epoch.Format(time.RFC3339), r.Bundle.Epoch.Add(r.Cluster.PKI.LeafValidity).Format(time.DateOnly))
 	return nil
 }
 
@@ -242,27 +236,18 @@ type pkiVerifyCmd struct {
 }
 
 func (c *pkiVerifyCmd) Run(e *env) error {
-	root := c.Tree
-	if _, err := os.Stat(filepath.Join(root, "nodes")); err != nil {
-		if _, err := os.Stat(filepath.Join(root, "pki", "nodes")); err == nil {
-			root = filepath.Join(root, "pki")
-		}
-	}
-	var problems []pki.Problem
-	var err error
-	if c.Spec != "" {
-		cl, cerr := compileSpec(e, c.Spec)
-		if cerr != nil {
-			return cerr
-		}
-		problems, err = pki.Verify(os.DirFS(root), cl, e.now)
-	} else {
-		problems, err = pki.Verify(os.DirFS(root), nil, e.now)
-	}
+	v, err := pipeline.Verify(c.Tree, pipeline.Source{Dir: c.Spec, Bound: e.bound}, e.now)
 	if err != nil {
 		// Verify's errors name paths inside the tree, as its problems do.
-		return statusError{code: exitProblems, msg: root + ": " + err.Error()}
+		return statusError{code: exitProblems, msg: v.Root + ": " + err.Error()}
 	}
+	if v.Diagnostics.HasErrors() {
+		return printDiagnostics(e, v.Diagnostics, "the spec has errors; `kcompile check` explains them")
+	}
+	if err := printWarnings(e, v.Diagnostics); err != nil {
+		return err
+	}
+	problems := v.Problems
 	if c.Output == "json" {
 		if problems == nil {
 			problems = []pki.Problem{}

@@ -36,7 +36,7 @@ func compileSpec(e *env, dir string) (*ir.Cluster, error) {
 func loadBundle(file string) (*pki.Bundle, diag.List, error) {
 	b, diags, err := pipeline.LoadBundle(file)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil, statusError{code: exitProblems, msg: fmt.Sprintf("secrets bundle %s does not exist; create one with `kcompile secrets init -s %s`", file, file)}
+		return nil, nil, statusError{code: exitProblems, msg: err.Error()}
 	}
 	return b, diags, err
 }
@@ -54,21 +54,15 @@ func (a specAndSecrets) run(e *env, ts ...pipeline.Target) (*pipeline.Output, er
 	if diags.HasErrors() {
 		return nil, printDiagnostics(e, diags, "cannot use the secrets bundle "+a.Secrets)
 	}
-	out, err := pipeline.Run(pipeline.Input{Source: compiler.Source{Dir: a.Dir, Bound: e.bound}, Bundle: b, Now: e.now, Issue: true, Targets: ts, Stage: e.progress.stage})
+	in := pipeline.Input{Source: pipeline.Source{Dir: a.Dir, Bound: e.bound}, Bundle: b, Now: e.now, Issue: true, Targets: ts, Stage: e.progress.stage}
+	out, err := pipeline.Run(in)
 	if err != nil {
 		return nil, err
 	}
 	if !out.Diagnostics.HasErrors() {
 		return out, printWarnings(e, append(diags, out.Diagnostics...).Sorted())
 	}
-	msg := "nothing written"
-	switch {
-	case out.Cluster == nil:
-		msg = "the spec has errors; `kcompile check` explains them"
-	case out.Material == nil:
-		msg = "the spec and the secrets bundle do not fit together"
-	}
-	return out, printDiagnostics(e, out.Diagnostics, msg)
+	return out, printDiagnostics(e, out.Diagnostics, out.Stopped(in, "nothing written"))
 }
 
 // printDiagnostics prints diagnostics that stop a command and the status

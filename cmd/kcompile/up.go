@@ -45,22 +45,11 @@ func (c *upCmd) Run(e *env) error {
 	if err != nil {
 		return err
 	}
-	if why := nspawn.Check(out.Cluster); len(why) > 0 {
-		msg := "this cluster cannot be booted here; nothing was started:"
-		for _, w := range why {
-			msg += "\n  " + w
-		}
-		return statusError{code: exitProblems, msg: msg}
-	}
 	work := c.Work
 	if work == "" {
 		work = defaultWork(out.Cluster)
 	}
 	if work, err = filepath.Abs(work); err != nil {
-		return err
-	}
-	reg, err := imageRegistry(out, c.Images)
-	if err != nil {
 		return err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -76,7 +65,7 @@ func (c *upCmd) Run(e *env) error {
 		Image:     c.Image,
 		Cache:     c.Cache,
 		Binaries:  c.Binaries,
-		Registry:  reg,
+		Images:    c.Images,
 		Version:   version(),
 		Log:       e.stderr,
 		Now:       time.Now,
@@ -123,24 +112,4 @@ func (c *downCmd) Run(e *env) error {
 	}
 	fmt.Fprintf(e.stdout, "stopped; %s removed\n", work)
 	return nil
-}
-
-// imageRegistry plans the images the cluster pulls from the programs in
-// dir, refusing a cluster whose images cannot all be built here.
-func imageRegistry(out *pipeline.Output, dir string) (nspawn.Registry, error) {
-	if dir == "" {
-		return nil, statusError{code: exitUsage, msg: "--images DIR is needed: the machines reach no registry, and up serves the images packed from the programs in DIR (scripts/tools builds .bin/images)"}
-	}
-	reg, problems, err := nspawn.NewRegistry(out.Trees[pipeline.Systemd], dir, nil)
-	if err != nil {
-		return nil, err
-	}
-	if len(problems) > 0 {
-		msg := "these images of the cluster cannot be built here; nothing was started:"
-		for _, p := range problems {
-			msg += "\n  " + p.Error()
-		}
-		return nil, statusError{code: exitProblems, msg: msg}
-	}
-	return reg, nil
 }

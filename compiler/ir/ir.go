@@ -93,6 +93,13 @@ const (
 // IPv6 literal bracketed.
 func (e Endpoint) URL() string { return httpsURL(e.Host, e.Port) }
 
+// APIServerURL is node n's own API server: its control-plane
+// components dial it, as kubeadm configures them, so that they keep
+// working when the endpoint's load balancer does not.
+func (c *Cluster) APIServerURL(n Node) string {
+	return httpsURL(n.Address().String(), c.Kubernetes.APIServerPort)
+}
+
 // httpsURL is https://host:port, an IPv6 literal bracketed.
 func httpsURL(host string, port int) string {
 	return "https://" + net.JoinHostPort(host, strconv.Itoa(port))

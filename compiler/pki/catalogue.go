@@ -3,10 +3,8 @@ package pki
 import (
 	"crypto/x509"
 	"github.com/kcompile/kcompile/layout"
-	"net"
 	"net/netip"
 	"slices"
-	"strconv"
 
 	"github.com/kcompile/kcompile/compiler/ir"
 )
@@ -118,13 +116,6 @@ func Catalogue(c *ir.Cluster) []Cert {
 	return out
 }
 
-// localAPIServer is the URL the control-plane components of a node use:
-// their own node's API server, as kubeadm configures them, so they keep
-// working when the endpoint's load balancer does not.
-func localAPIServer(c *ir.Cluster, n ir.Node) string {
-	return "https://" + net.JoinHostPort(n.Address().String(), strconv.Itoa(c.Kubernetes.APIServerPort))
-}
-
 func controlPlaneCerts(c *ir.Cluster, n ir.Node) []Cert {
 	id := func(name string) string { return name + "@" + n.Name }
 	return []Cert{
@@ -139,10 +130,10 @@ func controlPlaneCerts(c *ir.Cluster, n ir.Node) []Cert {
 			CommonName: frontProxyClientName, Client: true, File: layout.FrontProxyClientStem},
 		{ID: id("controller-manager"), Name: "controller-manager", Node: n.Name, CA: ClusterCA,
 			CommonName: userControllerManager, Client: true,
-			Kubeconfig: &Kubeconfig{Path: layout.ControllerManagerKubeconfig, Server: localAPIServer(c, n)}},
+			Kubeconfig: &Kubeconfig{Path: layout.ControllerManagerKubeconfig, Server: c.APIServerURL(n)}},
 		{ID: id("scheduler"), Name: "scheduler", Node: n.Name, CA: ClusterCA,
 			CommonName: userScheduler, Client: true,
-			Kubeconfig: &Kubeconfig{Path: layout.SchedulerKubeconfig, Server: localAPIServer(c, n)}},
+			Kubeconfig: &Kubeconfig{Path: layout.SchedulerKubeconfig, Server: c.APIServerURL(n)}},
 	}
 }
 

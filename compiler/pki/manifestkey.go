@@ -10,7 +10,7 @@ import (
 const manifestKeyInfo = "kcompile manifest mac v1"
 
 // ManifestKey is the HMAC key that binds the manifest of a written tree to
-// this bundle (targets.WriteOptions.Key): only a holder of the bundle can
+// this bundle (writer.Options.Key): only a holder of the bundle can
 // write a manifest a later build accepts. It is expanded with HKDF-SHA256
 // from the seed alone, so `pki renew`, which keeps the seed, keeps it. It
 // is nil for a nil bundle or one without a seed.

@@ -6,17 +6,13 @@ import (
 	"fmt"
 	"maps"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 
-	toml "github.com/pelletier/go-toml/v2"
-
 	"github.com/kcompile/kcompile/compiler/ir"
-	"github.com/kcompile/kcompile/internal/unitfile"
 	"github.com/kcompile/kcompile/layout"
 	"github.com/kcompile/kcompile/pipeline"
-	"github.com/kcompile/kcompile/targets"
+	"github.com/kcompile/kcompile/targets/systemd"
 )
 
 // Adjustment is one thing up does that the compiled tree does not say:
@@ -41,6 +37,9 @@ type hostFacts struct {
 	// CAP_SYS_RESOURCE: a container runtime in a machine cannot raise
 	// OOM score adjustments.
 	noSysResource bool
+	// kernel is what the host's kernel has of the modules the nodes
+	// load.
+	kernel kernelFacts
 }
 
 // readHostFacts reads /proc for what the adjustments depend on.
@@ -71,7 +70,8 @@ func readHostFacts() (hostFacts, error) {
 			h.noSysResource = bits&(1<<capSysResource) == 0
 		}
 	}
-	return h, nil
+	h.kernel, err = readKernelFacts()
+	return h, err
 }
 
 // adjustments is everything up applies, decided once before any machine
@@ -85,23 +85,20 @@ type adjustments struct {
 	// sysctls are files bound over read-only /proc/sys entries, by
 	// /proc/sys path, with their initial content.
 	sysctls map[string]string
-	// files are written into every machine's upper layer (kubelet nodes
-	// get kubeletFiles too), by root-relative path.
+	// files are written into every machine's upper layer, by
+	// root-relative path.
 	files map[string][]byte
-	// failCgroupV1 and restrictOOM are changes to kubelet nodes'
-	// compiled files (as drop-ins where the consumer reads them).
-	failCgroupV1, restrictOOM bool
-	// mirrors says up writes registry hosts files of its own.
-	mirrors bool
+	// overrides are the changes to the compiled files of the nodes that
+	// run pods, made by files the systemd target renders beside them.
+	overrides systemd.UpOverrides
 }
 
 func (a *adjustments) add(name, what, why string) {
 	a.list = append(a.list, Adjustment{Name: name, What: what, Why: why})
 }
 
-// decide works out the adjustments for a cluster on this host. tree is
-// the systemd tree, which some adjustments extend with drop-ins.
-func decide(c *ir.Cluster, p *plan, h hostFacts, tree *targets.Tree, target pipeline.Target, mirror string) (*adjustments, error) {
+// decide works out the adjustments for a cluster on this host.
+func decide(c *ir.Cluster, p *plan, h hostFacts, target pipeline.Target, mirror string) (*adjustments, error) {
 	a := &adjustments{sysctls: map[string]string{}, files: map[string][]byte{}}
 	var init strings.Builder
 	init.WriteString("#!/bin/sh\n# kcompile up: the machine's PID 1 until it execs systemd. Each step is\n# an adjustment kcompile up printed when it started.\nset -eu\n")
@@ -124,15 +121,10 @@ func decide(c *ir.Cluster, p *plan, h hostFacts, tree *targets.Tree, target pipe
 	a.add("sysfs-net", "a sysfs of the machine's own network namespace over /sys/class/net and /sys/devices/virtual/net",
 		"systemd-nspawn --network-namespace-path shows the host's devices there; cloud-init matches the spec's MAC through it, and the kubelet reads its interfaces")
 
-	if have, lack, err := builtinModules(tree); err != nil {
-		return nil, err
-	} else if len(lack) > 0 {
+	if have, lack := h.kernel.split(clusterModules(c)); len(lack) > 0 {
 		return nil, fmt.Errorf("the nodes load the kernel modules %s, which this host's kernel has neither built in nor loaded (a machine cannot load modules)", strings.Join(lack, ", "))
 	} else if len(have) > 0 {
-		release, err := kernelRelease()
-		if err != nil {
-			return nil, err
-		}
+		release := h.kernel.release
 		a.files[layout.ModulesDir+release+"/modules.builtin"] = modulesBuiltin(have)
 		init.WriteString("# The modules.builtin stand-in's indexes, for modprobe.\nd=" + layout.Abs(layout.ModulesDir) + "$(uname -r)\nif [ -f \"$d/modules.builtin\" ] && [ ! -f \"$d/modules.builtin.bin\" ]; then depmod 2>/dev/null; fi\n")
 		a.add("modules-builtin", "a modules.builtin stand-in in each machine's "+layout.Abs(layout.ModulesDir)+release+" ("+strings.Join(have, ", ")+")",
@@ -156,14 +148,15 @@ func decide(c *ir.Cluster, p *plan, h hostFacts, tree *targets.Tree, target pipe
 		a.add("sysctl-files", "files bound over /proc/sys/vm/overcommit_memory, kernel/panic and kernel/panic_on_oops (1, 10, 1)",
 			"the kubelet writes these host-wide sysctls, which a machine may not change")
 		if h.cgroupV1 && c.Kubelet.FailCgroupV1 {
-			a.failCgroupV1 = true
-			a.add("fail-cgroupv1", "kubelet started with --fail-cgroupv1=false (a drop-in, "+layout.UnitDropIn("kubelet.service", layout.UpDropIn)+")",
-				"this host has cgroup v1 and the spec leaves kubelet.failCgroupV1 true; set it to false in the spec to compile this in")
+			const why = "this host has cgroup v1 and the spec leaves kubelet.failCgroupV1 true; set it to false in the spec to compile this in"
+			a.overrides.KubeletArgs, a.overrides.KubeletWhy = []string{"--fail-cgroupv1=false"}, why
+			a.add("fail-cgroupv1", "kubelet started with --fail-cgroupv1=false (a drop-in, "+layout.UnitDropIn("kubelet.service", layout.UpDropIn)+")", why)
 		}
 		if h.noSysResource && c.Runtime.Engine == "containerd" && !c.Runtime.RestrictOOMScoreAdj {
-			a.restrictOOM = true
-			a.add("restrict-oom-score-adj", "containerd's restrict_oom_score_adj = true, in a copy of its configuration ("+layout.ContainerdUpConfig+", which a drop-in of containerd.service gives it)",
-				"this host's capability bounding set lacks CAP_SYS_RESOURCE; set runtime.restrictOOMScoreAdj: true in the spec to compile this in")
+			const why = "this host's capability bounding set lacks CAP_SYS_RESOURCE; set runtime.restrictOOMScoreAdj: true in the spec to compile this in"
+			a.overrides.RestrictOOMScoreAdj = true
+			a.containerdWhy(why)
+			a.add("restrict-oom-score-adj", "containerd's restrict_oom_score_adj = true, in a copy of its configuration ("+layout.ContainerdUpConfig+", which a drop-in of containerd.service gives it)", why)
 		}
 	}
 
@@ -178,9 +171,16 @@ func decide(c *ir.Cluster, p *plan, h hostFacts, tree *targets.Tree, target pipe
 			"a systemd tree carries no network configuration: on bare metal the installed system has it (the cloud-init target carries the spec's)")
 	}
 	if mirror != "" {
-		a.mirrors = true
-		a.add("mirrors", "registry mirrors written to each machine's "+layout.Abs(layout.ContainerdHostsDir)+" ("+mirror+"), and config_path set in containerd's copy of its configuration ("+layout.ContainerdUpConfig+", which a drop-in of containerd.service gives it)",
-			"the spec names no mirror up can serve its images at; set runtime.mirrors to compile one in")
+		const why = "the spec names no mirror up can serve its images at; set runtime.mirrors to compile one in"
+		what := "registry mirrors written to each machine's " + layout.Abs(layout.ContainerdHostsDir) + " (" + mirror + ")"
+		if len(c.Runtime.Mirrors) == 0 && c.Runtime.Engine == "containerd" && p.kubelets() > 0 {
+			// The compiled configuration names the directory only
+			// when the spec names mirrors.
+			a.overrides.RegistryHosts = true
+			a.containerdWhy(why)
+			what += ", and config_path set in containerd's copy of its configuration (" + layout.ContainerdUpConfig + ", which a drop-in of containerd.service gives it)"
+		}
+		a.add("mirrors", what, why)
 	}
 	if p.endpoint.IsValid() {
 		a.add("endpoint", "the API endpoint "+p.endpoint.String()+" served by up on the bridge, balancing TCP over the API servers",
@@ -191,82 +191,30 @@ func decide(c *ir.Cluster, p *plan, h hostFacts, tree *targets.Tree, target pipe
 	return a, nil
 }
 
-// execDropIn is a drop-in of a node's unit that runs the compiled
-// command line changed by edit: up changes a compiled file only by adding
-// files beside it, which cloud-init's write_files cannot overwrite.
-func execDropIn(tree *targets.Tree, node, unit, why string, edit func([]string) []string) ([]byte, error) {
-	f, ok := tree.Get(layout.NodeTree(node, layout.UnitDir+unit))
-	if !ok {
-		return nil, fmt.Errorf("node %s has no %s", node, unit)
+// containerdWhy adds why containerd's configuration is changed.
+func (a *adjustments) containerdWhy(why string) {
+	if a.overrides.ContainerdWhy != "" {
+		a.overrides.ContainerdWhy += "; "
 	}
-	u, err := unitfile.Parse(f.Data)
-	if err != nil {
-		return nil, fmt.Errorf("node %s: %s: %v", node, unit, err)
-	}
-	cmds := u.Commands("Service", "ExecStart")
-	if len(cmds) != 1 {
-		return nil, fmt.Errorf("node %s: %s has %d ExecStart lines", node, unit, len(cmds))
-	}
-	d := unitfile.File{Sections: []unitfile.Section{{Name: "Service", Directives: []unitfile.Directive{
-		{Key: "ExecStart", Value: ""},
-		{Key: "ExecStart", Command: &unitfile.Command{Prefix: cmds[0].Prefix, Argv: edit(slices.Clone(cmds[0].Argv)), OnePerLine: true}},
-	}}}}
-	data, err := d.Render()
-	if err != nil {
-		return nil, err
-	}
-	return bytes.Replace(data, []byte("# Generated by kcompile. Do not edit: change the spec and rebuild.\n"),
-		[]byte("# Written by kcompile up: "+why+".\n"), 1), nil
+	a.overrides.ContainerdWhy += why
 }
 
-// kubeletDropIn runs the compiled kubelet with --fail-cgroupv1=false.
-func kubeletDropIn(tree *targets.Tree, node string) ([]byte, error) {
-	return execDropIn(tree, node, "kubelet.service", "this host has cgroup v1 and the spec leaves kubelet.failCgroupV1 true",
-		func(argv []string) []string { return append(argv, "--fail-cgroupv1=false") })
-}
-
-// containerdDropIn runs the compiled containerd with up's copy of its
-// configuration.
-func containerdDropIn(tree *targets.Tree, node string) ([]byte, error) {
-	return execDropIn(tree, node, "containerd.service", "containerd reads up's copy of its configuration, "+layout.ContainerdUpConfig,
-		func(argv []string) []string {
-			out := argv[:1]
-			for _, a := range argv[1:] {
-				if !strings.HasPrefix(a, "--config=") {
-					out = append(out, a)
-				}
-			}
-			return append(out, "--config="+layout.Abs(layout.ContainerdUpConfig))
-		})
-}
-
-// machineFiles are the files up writes into a machine's upper layer.
-func (a *adjustments) machineFiles(tree *targets.Tree, m *machine) (map[string][]byte, error) {
+// machineFiles are the files up writes into a machine's upper layer:
+// none has the path of a file of the node's compiled tree, which the
+// lower layer below holds as compiled. Those that change what a compiled
+// file says (drop-ins, a copy of containerd's configuration) are
+// rendered by the systemd target from the cluster, for the tree built
+// with zero systemd.Options that up boots.
+func (a *adjustments) machineFiles(c *ir.Cluster, m *machine) (map[string][]byte, error) {
 	files := maps.Clone(a.files)
 	if !m.node.RunsPods() {
 		return files, nil
 	}
-	if a.failCgroupV1 {
-		d, err := kubeletDropIn(tree, m.name)
-		if err != nil {
-			return nil, err
-		}
-		files[layout.UnitDropIn("kubelet.service", layout.UpDropIn)] = d
+	changes, err := systemd.UpFiles(c, m.node, systemd.Options{}, a.overrides)
+	if err != nil {
+		return nil, err
 	}
-	if a.restrictOOM || a.mirrors {
-		f, ok := tree.Get(layout.NodeTree(m.name, layout.ContainerdConfig))
-		if !ok {
-			return nil, fmt.Errorf("node %s has no %s", m.name, layout.ContainerdConfig)
-		}
-		d, err := containerdConfigFor(f.Data, a.restrictOOM, a.mirrors)
-		if err != nil {
-			return nil, fmt.Errorf("node %s: %s: %v", m.name, layout.ContainerdConfig, err)
-		}
-		files[layout.ContainerdUpConfig] = d
-		if files[layout.UnitDropIn("containerd.service", layout.UpDropIn)], err = containerdDropIn(tree, m.name); err != nil {
-			return nil, err
-		}
-	}
+	maps.Copy(files, changes)
 	for p, v := range a.sysctls {
 		files[layout.UpSysctlDir+strings.ReplaceAll(p, "/", ".")] = []byte(v)
 	}
@@ -287,41 +235,4 @@ func resolvConf(c *ir.Cluster, p *plan) []byte {
 		fmt.Fprintf(&b, "nameserver %s\n", s)
 	}
 	return b.Bytes()
-}
-
-// containerdConfigFor returns a node's containerd configuration with
-// restrict_oom_score_adj set (restrictOOM) and the registry hosts
-// directory named (hostsDir, where up writes mirrors; containerd reads
-// none by default).
-func containerdConfigFor(config []byte, restrictOOM, hostsDir bool) ([]byte, error) {
-	var doc map[string]any
-	if err := toml.Unmarshal(config, &doc); err != nil {
-		return nil, err
-	}
-	table := func(parent map[string]any, key string) map[string]any {
-		t, _ := parent[key].(map[string]any)
-		if t == nil {
-			t = map[string]any{}
-			parent[key] = t
-		}
-		return t
-	}
-	plugins := table(doc, "plugins")
-	var what []string
-	if restrictOOM {
-		table(plugins, "io.containerd.cri.v1.runtime")["restrict_oom_score_adj"] = true
-		what = append(what, "restrict_oom_score_adj = true")
-	}
-	if hostsDir {
-		reg := table(table(plugins, "io.containerd.cri.v1.images"), "registry")
-		if _, set := reg["config_path"]; !set {
-			reg["config_path"] = layout.Abs(layout.ContainerdHostsDir)
-			what = append(what, "registry config_path = "+layout.Abs(layout.ContainerdHostsDir))
-		}
-	}
-	out, err := toml.Marshal(doc)
-	if err != nil {
-		return nil, err
-	}
-	return append([]byte("# Written by kcompile up: the compiled "+layout.Abs(layout.ContainerdConfig)+" with "+strings.Join(what, " and ")+".\n"), out...), nil
 }

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/tls"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -77,7 +79,7 @@ func boot(t testing.TB, dir string, target pipeline.Target) (*Cluster, *pipeline
 	t.Helper()
 	binaries, programs := bootInputs(t)
 	out := compileFor(t, dir, target)
-	reg, problems, err := NewRegistry(out.Trees[pipeline.Systemd], programs, nil)
+	reg, problems, err := NewRegistry(out.Cluster, programs, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -517,7 +519,7 @@ func kubeletStarts(t *testing.T, k *kube, node string) int {
 }
 
 func TestUpCloudInit(t *testing.T) {
-	c, _ := boot(t, fixture.Path("examples/single-node"), pipeline.CloudInit)
+	c, built := boot(t, fixture.Path("examples/single-node"), pipeline.CloudInit)
 	ctx := context.Background()
 	checkCloudInit := func(when string) {
 		t.Helper()
@@ -557,6 +559,9 @@ func TestUpCloudInit(t *testing.T) {
 	}
 	start := time.Now()
 	checkCloudInit("first boot")
+	// cloud-init laid the node's tree from the seed: every file of it
+	// as compiled, and none of up's files in its way.
+	assertCompiledFilesInMachine(t, c, built.Trees[pipeline.Systemd], "box")
 	t.Logf("%.0fs: first boot checked", time.Since(start).Seconds())
 	// runcmd's script, as cloud-init logs each run of it.
 	runs := func() string {
@@ -605,6 +610,64 @@ func TestUpCloudInit(t *testing.T) {
 		t.Errorf("runcmd's script with a broken unit: %v\n%s", err, out)
 	}
 	t.Logf("%.0fs: a broken unit reported", time.Since(start).Seconds())
+}
+
+// assertCompiledFilesInMachine compares every file of a node's compiled
+// tree with the file at its path in the node's running machine: the
+// same bytes, the same mode.
+func assertCompiledFilesInMachine(t *testing.T, c *Cluster, tree *targets.Tree, node string) {
+	t.Helper()
+	want := map[string]targets.File{}
+	var paths []string
+	for _, f := range tree.Files() {
+		if n, rel, ok := layout.SplitTree(f.Path); ok && n == node {
+			want[layout.Abs(rel)] = f
+			paths = append(paths, layout.Abs(rel))
+		}
+	}
+	if len(paths) == 0 {
+		t.Fatalf("the tree has no files of %s", node)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	modes, err := c.Exec(ctx, node, append([]string{"stat", "--format=%a %n", "--"}, paths...)...)
+	if err != nil {
+		t.Fatalf("stat in %s: %v\n%s", node, err, modes)
+	}
+	sums, err := c.Exec(ctx, node, append([]string{"sha256sum", "--"}, paths...)...)
+	if err != nil {
+		t.Fatalf("sha256sum in %s: %v\n%s", node, err, sums)
+	}
+	seen := map[string]int{}
+	for _, line := range strings.Split(strings.TrimSpace(string(modes)), "\n") {
+		mode, p, _ := strings.Cut(line, " ")
+		f, ok := want[p]
+		if !ok {
+			t.Errorf("%s: stat printed %q", node, line)
+			continue
+		}
+		seen[p]++
+		if m := fmt.Sprintf("%o", f.Mode.Perm()); mode != m {
+			t.Errorf("%s: %s has mode %s in the machine, compiled %s", node, p, mode, m)
+		}
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(sums)), "\n") {
+		sum, p, _ := strings.Cut(line, "  ")
+		f, ok := want[p]
+		if !ok {
+			t.Errorf("%s: sha256sum printed %q", node, line)
+			continue
+		}
+		seen[p]++
+		if h := sha256.Sum256(f.Data); sum != hex.EncodeToString(h[:]) {
+			t.Errorf("%s: %s in the machine is not the compiled file", node, p)
+		}
+	}
+	for _, p := range paths {
+		if seen[p] != 2 {
+			t.Errorf("%s: %s not read back in the machine", node, p)
+		}
+	}
 }
 
 // BenchmarkUpSingleNode measures kcompile up of examples/single-node

@@ -1,7 +1,6 @@
 package nspawn
 
 import (
-	"bufio"
 	"bytes"
 	"compress/gzip"
 	"errors"
@@ -13,8 +12,8 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/kcompile/kcompile/layout"
-	"github.com/kcompile/kcompile/targets"
+	"github.com/kcompile/kcompile/compiler/ir"
+	"github.com/kcompile/kcompile/targets/systemd"
 )
 
 // The machines share the host's kernel but have none of its modules
@@ -39,26 +38,68 @@ func moduleSymbols() map[string]string {
 		"vxlan":        "CONFIG_VXLAN",
 		"wireguard":    "CONFIG_WIREGUARD",
 		"ipip":         "CONFIG_NET_IPIP",
+		// iptables mode.
+		"ip_tables":      "CONFIG_IP_NF_IPTABLES",
+		"iptable_nat":    "CONFIG_IP_NF_NAT",
+		"iptable_filter": "CONFIG_IP_NF_FILTER",
 	}
 }
 
-// treeModules are the modules any node's modules-load.d names.
-func treeModules(tree *targets.Tree) []string {
+// clusterModules are the modules any node loads at boot.
+func clusterModules(c *ir.Cluster) []string {
 	var mods []string
-	for _, f := range tree.Files() {
-		if _, rel, ok := layout.SplitTree(f.Path); !ok || !strings.HasPrefix(rel, layout.ModulesLoadDir) {
-			continue
-		}
-		sc := bufio.NewScanner(bytes.NewReader(f.Data))
-		for sc.Scan() {
-			line := strings.TrimSpace(sc.Text())
-			if line != "" && line[0] != '#' && line[0] != ';' {
-				mods = append(mods, line)
-			}
-		}
+	for _, n := range c.Nodes {
+		mods = append(mods, systemd.Modules(c, n)...)
 	}
 	slices.Sort(mods)
 	return slices.Compact(mods)
+}
+
+// kernelFacts are what the host's kernel has of modules.
+type kernelFacts struct {
+	// release is uname -r: modprobe looks under it.
+	release string
+	// config is /proc/config.gz: option -> value ("y", "m"); empty
+	// where the kernel does not publish it.
+	config map[string]string
+	// loaded are the modules /sys/module lists (built in, with
+	// parameters, or loaded).
+	loaded map[string]bool
+}
+
+// readKernelFacts reads this host's kernel.
+func readKernelFacts() (kernelFacts, error) {
+	var k kernelFacts
+	var err error
+	if k.release, err = kernelRelease(); err != nil {
+		return k, err
+	}
+	if k.config, err = kernelConfig(); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return k, err
+	}
+	entries, err := os.ReadDir("/sys/module")
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return k, err
+	}
+	k.loaded = map[string]bool{}
+	for _, e := range entries {
+		k.loaded[e.Name()] = true
+	}
+	return k, nil
+}
+
+// split sorts mods into those the kernel has (loaded, or built in) and
+// those it lacks: a machine can load none.
+func (k kernelFacts) split(mods []string) (have, lack []string) {
+	syms := moduleSymbols()
+	for _, m := range mods {
+		if sym, ok := syms[m]; k.loaded[m] || ok && k.config[sym] == "y" {
+			have = append(have, m)
+		} else {
+			lack = append(lack, m)
+		}
+	}
+	return have, lack
 }
 
 // kernelConfig reads /proc/config.gz: option -> value ("y", "m").
@@ -83,26 +124,6 @@ func kernelConfig() (map[string]string, error) {
 		}
 	}
 	return cfg, nil
-}
-
-// builtinModules splits the tree's modules into those this kernel has
-// (built in, or loaded: /sys/module lists them) and those it lacks.
-func builtinModules(tree *targets.Tree) (have, lack []string, err error) {
-	cfg, err := kernelConfig()
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return nil, nil, err
-	}
-	syms := moduleSymbols()
-	for _, m := range treeModules(tree) {
-		_, loaded := os.Stat("/sys/module/" + m)
-		switch {
-		case loaded == nil, cfg[syms[m]] == "y":
-			have = append(have, m)
-		default:
-			lack = append(lack, m)
-		}
-	}
-	return have, lack, nil
 }
 
 // kernelRelease is uname -r.

@@ -18,6 +18,7 @@ import (
 	"github.com/kcompile/kcompile/internal/unitfile"
 	"github.com/kcompile/kcompile/layout"
 	"github.com/kcompile/kcompile/pipeline"
+	"github.com/kcompile/kcompile/targets"
 	"github.com/kcompile/kcompile/targets/systemd"
 )
 
@@ -128,42 +129,110 @@ func TestUndoRemovesOnlyWhatTheJournalLists(t *testing.T) {
 	}
 }
 
-func TestKubeletDropInRunsTheCompiledCommand(t *testing.T) {
-	tree, err := systemd.Build(fixture.Material(t, "single-node", nil), systemd.Options{})
+// everyModule is a kernel that has every module kcompile trees load
+// built in.
+func everyModule() kernelFacts {
+	k := kernelFacts{release: "6.1.0-test", config: map[string]string{}}
+	for _, sym := range moduleSymbols() {
+		k.config[sym] = "y"
+	}
+	return k
+}
+
+// everyFact is a host that needs every adjustment.
+func everyFact() hostFacts {
+	return hostFacts{cgroupV1: true, noSysResource: true, kernel: everyModule()}
+}
+
+// upFiles are the files up writes into node's machine on a host that
+// needs every adjustment, with the tree it boots (built as kcompile up's
+// caller builds it).
+func upFiles(t *testing.T, example, node string) (map[string][]byte, *targets.Tree) {
+	t.Helper()
+	m := fixture.Material(t, example, nil)
+	tree, err := systemd.Build(m, systemd.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	data, err := kubeletDropIn(tree, "box")
+	p, err := newPlan(m.Cluster, "/w")
 	if err != nil {
 		t.Fatal(err)
+	}
+	a, err := decide(m.Cluster, p, everyFact(), pipeline.Systemd, "registry.k8s.io → http://192.168.50.1:5000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mach := range p.machines {
+		if mach.name == node {
+			files, err := a.machineFiles(m.Cluster, mach)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return files, tree
+		}
+	}
+	t.Fatalf("no machine %s", node)
+	return nil, nil
+}
+
+// compiledCommand is the command of a compiled unit of node box.
+func compiledCommand(t *testing.T, tree *targets.Tree, unit string) []string {
+	t.Helper()
+	f, ok := tree.Get(layout.NodeTree("box", layout.UnitDir+unit))
+	if !ok {
+		t.Fatalf("box has no %s", unit)
+	}
+	u, err := unitfile.Parse(f.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u.Commands("Service", "ExecStart")[0].Argv
+}
+
+// dropInCommand is the command a drop-in of up's runs instead of the
+// compiled one.
+func dropInCommand(t *testing.T, files map[string][]byte, unit string) []string {
+	t.Helper()
+	data, ok := files[layout.UnitDropIn(unit, layout.UpDropIn)]
+	if !ok {
+		t.Fatalf("up writes no drop-in of %s", unit)
+	}
+	if !strings.HasPrefix(string(data), "# Written by kcompile up: ") {
+		t.Errorf("the drop-in of %s does not say who wrote it:\n%s", unit, data)
 	}
 	d, err := unitfile.Parse(data)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, data)
 	}
-	f, _ := tree.Get(layout.NodeTree("box", "etc/systemd/system/kubelet.service"))
-	u, err := unitfile.Parse(f.Data)
-	if err != nil {
-		t.Fatal(err)
-	}
 	if got := d.Get("Service", "ExecStart"); len(got) != 2 || got[0] != "" {
 		t.Fatalf("the drop-in must reset ExecStart first: %q", got)
 	}
-	want := append(u.Commands("Service", "ExecStart")[0].Argv, "--fail-cgroupv1=false")
-	if got := d.Commands("Service", "ExecStart"); len(got) != 1 || !slices.Equal(got[0].Argv, want) {
-		t.Errorf("drop-in runs %v, want %v", got, want)
+	return d.Commands("Service", "ExecStart")[0].Argv
+}
+
+func TestKubeletDropInRunsTheCompiledCommand(t *testing.T) {
+	files, tree := upFiles(t, "single-node", "box")
+	want := append(compiledCommand(t, tree, "kubelet.service"), "--fail-cgroupv1=false")
+	if got := dropInCommand(t, files, "kubelet.service"); !slices.Equal(got, want) {
+		t.Errorf("drop-in runs %q, want %q", got, want)
 	}
 }
 
 func TestContainerdConfigKeepsTheCompiledOne(t *testing.T) {
-	tree, err := systemd.Build(fixture.Material(t, "single-node", nil), systemd.Options{})
-	if err != nil {
-		t.Fatal(err)
+	files, tree := upFiles(t, "single-node", "box")
+	want := compiledCommand(t, tree, "containerd.service")
+	i := slices.Index(want, "--config="+layout.Abs(layout.ContainerdConfig))
+	if i < 0 {
+		t.Fatalf("containerd runs %q", want)
+	}
+	want[i] = "--config=" + layout.Abs(layout.ContainerdUpConfig)
+	if got := dropInCommand(t, files, "containerd.service"); !slices.Equal(got, want) {
+		t.Errorf("drop-in runs %q, want %q", got, want)
 	}
 	f, _ := tree.Get(layout.NodeTree("box", layout.ContainerdConfig))
-	out, err := containerdConfigFor(f.Data, true, true)
-	if err != nil {
-		t.Fatal(err)
+	out := files[layout.ContainerdUpConfig]
+	if !strings.HasPrefix(string(out), "# Written by kcompile up: ") {
+		t.Errorf("up's copy does not say who wrote it:\n%s", out)
 	}
 	var before, after map[string]any
 	if err := toml.Unmarshal(f.Data, &before); err != nil {
@@ -304,17 +373,13 @@ func TestResolveIn(t *testing.T) {
 func TestReadmeListsEveryAdjustment(t *testing.T) {
 	// dual-stack's endpoint is a VIP outside the spec, which up serves.
 	c := fixture.Cluster(t, "dual-stack", nil)
-	tree, err := systemd.Build(fixture.Material(t, "dual-stack", nil), systemd.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	p, err := newPlan(c, "/w")
 	if err != nil {
 		t.Fatal(err)
 	}
 	applied := map[string]bool{}
 	for _, target := range []pipeline.Target{pipeline.Systemd, pipeline.CloudInit} {
-		a, err := decide(c, p, hostFacts{cgroupV1: true, noSysResource: true}, tree, target, "registry.k8s.io → http://10.0.0.1:5000")
+		a, err := decide(c, p, everyFact(), target, "registry.k8s.io → http://10.0.0.1:5000")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -9,8 +9,8 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/name"
 
+	"github.com/kcompile/kcompile/compiler/ir"
 	"github.com/kcompile/kcompile/runtimes/nspawn/images"
-	"github.com/kcompile/kcompile/targets"
 )
 
 // ImageRegistry serves the images a cluster pulls, built from programs
@@ -20,15 +20,15 @@ type ImageRegistry struct {
 	log    io.Writer
 }
 
-// NewRegistry plans the images the systemd tree pulls from the programs
-// in dir. Problems are images that cannot be built here: up refuses to
-// boot a cluster with any.
-func NewRegistry(tree *targets.Tree, dir string, log io.Writer) (*ImageRegistry, []images.Problem, error) {
+// NewRegistry plans the images the cluster pulls from the programs in
+// dir. Problems are images that cannot be built here: up refuses to boot
+// a cluster with any.
+func NewRegistry(c *ir.Cluster, dir string, log io.Writer) (*ImageRegistry, []images.Problem, error) {
 	progs, err := images.ReadPrograms(dir)
 	if err != nil {
 		return nil, nil, err
 	}
-	imgs, problems, err := images.Plan(tree, progs)
+	imgs, problems, err := images.Plan(c, progs)
 	if err != nil {
 		return nil, nil, err
 	}

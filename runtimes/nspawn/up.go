@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/kcompile/kcompile/compiler/ir"
+	"github.com/kcompile/kcompile/internal/writer"
 	"github.com/kcompile/kcompile/layout"
 	"github.com/kcompile/kcompile/pipeline"
 	"github.com/kcompile/kcompile/targets"
@@ -55,8 +56,11 @@ type Config struct {
 	// bridge...); up lays them out where the install unit expects them,
 	// in a layer between the tree and the image.
 	Binaries string
-	// Registry serves the images the cluster pulls; nil serves none.
+	// Registry serves the images the cluster pulls. When it is nil, Up
+	// plans one from the programs in Images (NewRegistry), refusing a
+	// cluster whose images cannot all be built here.
 	Registry Registry
+	Images   string
 	// Version is kcompile's, recorded in the trees' manifests.
 	Version string
 	// Log receives progress, one line per step.
@@ -151,7 +155,24 @@ func Check(c *ir.Cluster) []string {
 // addons are running; on failure everything made is removed again.
 func Up(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	if why := Check(cfg.Cluster); len(why) > 0 {
-		return nil, fmt.Errorf("this cluster cannot be booted here:\n  %s", strings.Join(why, "\n  "))
+		return nil, fmt.Errorf("this cluster cannot be booted here; nothing was started:\n  %s", strings.Join(why, "\n  "))
+	}
+	if cfg.Registry == nil {
+		if cfg.Images == "" {
+			return nil, errors.New("--images DIR is needed: the machines reach no registry, and up serves the images packed from the programs in DIR (scripts/tools builds .bin/images)")
+		}
+		reg, problems, err := NewRegistry(cfg.Cluster, cfg.Images, nil)
+		if err != nil {
+			return nil, err
+		}
+		if len(problems) > 0 {
+			msg := "these images of the cluster cannot be built here; nothing was started:"
+			for _, p := range problems {
+				msg += "\n  " + p.Error()
+			}
+			return nil, errors.New(msg)
+		}
+		cfg.Registry = reg
 	}
 	if err := workPathOK(cfg.Work); err != nil {
 		return nil, err
@@ -182,7 +203,7 @@ func Up(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		return nil, err
 	}
 	c.mirror = mirror
-	c.adjust, err = decide(cfg.Cluster, p, h, cfg.Systemd, cfg.Target, mirrorAdjust)
+	c.adjust, err = decide(cfg.Cluster, p, h, cfg.Target, mirrorAdjust)
 	if err != nil {
 		return nil, err
 	}
@@ -284,17 +305,8 @@ func (c *Cluster) mkdir(dir string) error {
 // the network, and starts the registry and the endpoint.
 func (c *Cluster) prepare(ctx context.Context) error {
 	cfg := c.cfg
-	for name, tree := range map[string]*targets.Tree{"tree": cfg.Systemd, "cloudinit": cfg.CloudInit} {
-		if tree == nil {
-			continue
-		}
-		dir := filepath.Join(cfg.Work, name)
-		if err := c.j.record(Resource{Kind: KindDir, Name: dir}); err != nil {
-			return err
-		}
-		if _, err := targets.Write(dir, tree, targets.WriteOptions{Version: cfg.Version}); err != nil {
-			return err
-		}
+	if err := c.writeTrees(); err != nil {
+		return err
 	}
 	c.image = cfg.Image
 	if c.image == "" {
@@ -336,6 +348,24 @@ func (c *Cluster) prepare(ctx context.Context) error {
 	}
 	for _, m := range c.p.machines {
 		if err := c.layout(m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// writeTrees writes the compiled trees into the work directory: a
+// machine of the systemd target boots its node's tree as a layer.
+func (c *Cluster) writeTrees() error {
+	for name, tree := range map[string]*targets.Tree{"tree": c.cfg.Systemd, "cloudinit": c.cfg.CloudInit} {
+		if tree == nil {
+			continue
+		}
+		dir := filepath.Join(c.cfg.Work, name)
+		if err := c.j.record(Resource{Kind: KindDir, Name: dir}); err != nil {
+			return err
+		}
+		if _, err := writer.Write(dir, tree, writer.Options{Version: c.cfg.Version}); err != nil {
 			return err
 		}
 	}
@@ -471,7 +501,8 @@ func (c *Cluster) bridge() error {
 }
 
 // layout makes a machine's directory and writes up's files into its
-// upper layer (never into the tree).
+// upper layer (never into the tree), none at the path of a compiled file:
+// the machine sees every file of its node's tree as compiled.
 func (c *Cluster) layout(m *machine) error {
 	m.dir = filepath.Join(c.cfg.Work, "machines", m.name)
 	m.done = make(chan struct{})
@@ -491,10 +522,11 @@ func (c *Cluster) layout(m *machine) error {
 		m.lowers = append(m.lowers, c.binaries)
 	}
 	m.lowers = append(m.lowers, c.image)
-	files, err := c.adjust.machineFiles(c.cfg.Systemd, m)
+	files, err := c.adjust.machineFiles(c.cfg.Cluster, m)
 	if err != nil {
 		return err
 	}
+	modes := map[string]os.FileMode{layout.UpInit: 0o755}
 	files[layout.UpInit] = []byte(c.adjust.init)
 	if c.cfg.Target == pipeline.CloudInit {
 		for _, f := range []string{"user-data", "meta-data", "network-config"} {
@@ -505,7 +537,9 @@ func (c *Cluster) layout(m *machine) error {
 				}
 				return fmt.Errorf("the cloud-init tree has no %s for node %s", f, m.name)
 			}
-			files[layout.CloudInitNoCloudSeed+f] = t.Data
+			// user-data holds the node's keys: its compiled mode
+			// keeps them root's.
+			files[layout.CloudInitNoCloudSeed+f], modes[layout.CloudInitNoCloudSeed+f] = t.Data, t.Mode
 		}
 	}
 	mirrors, err := c.mirrorFiles()
@@ -521,6 +555,9 @@ func (c *Cluster) layout(m *machine) error {
 	}
 	sort.Strings(names)
 	for _, n := range names {
+		if _, ok := c.cfg.Systemd.Get(layout.NodeTree(m.name, n)); ok {
+			return fmt.Errorf("kcompile bug: up would write its %s over node %s's compiled one", n, m.name)
+		}
 		// A directory in the upper layer hides a symbolic link of the
 		// same name below it: lib/modules must land in usr/lib/modules
 		// where the image's /lib is a link to usr/lib.
@@ -528,11 +565,15 @@ func (c *Cluster) layout(m *machine) error {
 		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
 			return err
 		}
-		mode := os.FileMode(0o644)
-		if n == layout.UpInit {
-			mode = 0o755
+		mode, ok := modes[n]
+		if !ok {
+			mode = 0o644
 		}
 		if err := os.WriteFile(full, files[n], mode); err != nil {
+			return err
+		}
+		// WriteFile's mode passes through the umask.
+		if err := os.Chmod(full, mode); err != nil {
 			return err
 		}
 	}

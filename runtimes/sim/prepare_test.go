@@ -2,10 +2,14 @@ package sim
 
 import (
 	"bytes"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/kcompile/kcompile/compiler/pki"
+	"github.com/kcompile/kcompile/internal/writer"
 	"github.com/kcompile/kcompile/layout"
 	"github.com/kcompile/kcompile/targets/systemd"
 )
@@ -14,12 +18,50 @@ import (
 // compiled design. Every file it lays out (the control-plane and etcd
 // nodes' whole trees, the cluster tree, each simulated kubelet's
 // kubeconfig) is byte for byte the file the systemd target builds from
-// the whole catalogue, and a worker gets nothing else.
+// the whole catalogue, and a worker gets nothing else. Every file the
+// real processes read is on disk, byte for byte and mode for mode, where
+// their command lines name it, and nothing else is there.
 func TestPreparationIsTheBuild(t *testing.T) {
 	c, b := compile(t, "ha-stacked")
-	p, err := prepare(c, b, Options{WorkDir: t.TempDir(), Block: testBlock})
+	work := t.TempDir()
+	p, err := prepare(c, b, Options{WorkDir: work, Block: testBlock})
 	if err != nil {
 		t.Fatal(err)
+	}
+	onDisk := map[string]bool{}
+	treeDir := filepath.Join(work, "tree")
+	err = filepath.WalkDir(treeDir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		rel, _ := filepath.Rel(treeDir, path)
+		if rel == writer.ManifestName {
+			return nil
+		}
+		onDisk[filepath.ToSlash(rel)] = true
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := processTree(p.cluster, p.tree).Files()
+	for _, f := range want {
+		path := filepath.Join(treeDir, filepath.FromSlash(f.Path))
+		data, err := os.ReadFile(path)
+		fi, serr := os.Stat(path)
+		if err != nil || serr != nil || !bytes.Equal(data, f.Data) || fi.Mode().Perm() != f.Mode.Perm() {
+			t.Errorf("%s is not on disk as compiled (%v, %v)", f.Path, err, serr)
+		}
+		delete(onDisk, f.Path)
+	}
+	if len(want) == 0 || len(onDisk) > 0 {
+		t.Errorf("%d files compiled for the processes; on disk besides them: %v", len(want), onDisk)
+	}
+	// The processes read their files where the placement roots them.
+	for _, n := range p.cluster.Nodes {
+		if runsProcesses(n) && p.placement.Root(n.Name) != filepath.Join(treeDir, layout.NodeTree(n.Name, "")) {
+			t.Errorf("%s's files are placed at %s, not where they were written", n.Name, p.placement.Root(n.Name))
+		}
 	}
 	m, err := pki.Issue(p.cluster, b)
 	if err != nil {

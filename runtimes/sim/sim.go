@@ -50,7 +50,9 @@ import (
 
 	"github.com/kcompile/kcompile/compiler/ir"
 	"github.com/kcompile/kcompile/compiler/pki"
+	"github.com/kcompile/kcompile/internal/writer"
 	"github.com/kcompile/kcompile/layout"
+	"github.com/kcompile/kcompile/pipeline"
 	"github.com/kcompile/kcompile/targets"
 	"github.com/kcompile/kcompile/targets/systemd"
 )
@@ -172,21 +174,7 @@ type preparation struct {
 // and writes what real processes read to the work directory.
 func prepare(c *ir.Cluster, b *pki.Bundle, opts Options) (*preparation, error) {
 	mapped, addrs := Remap(c, opts.Block)
-	// Nodes running etcd or the control plane get their whole compiled
-	// trees; a node that is only a simulated kubelet gets its kubelet's
-	// client certificate and kubeconfig, all the simulation reads of it
-	// besides its kubelet unit (NodeUnits).
 	index := nodeIndex(mapped)
-	var certs []pki.Cert
-	for _, cert := range pki.Catalogue(mapped) {
-		if cert.Node == "" || runsProcesses(mapped.Nodes[index[cert.Node]]) || cert.Name == "kubelet-client" {
-			certs = append(certs, cert)
-		}
-	}
-	m, err := pki.IssueCerts(mapped, b, certs)
-	if err != nil {
-		return nil, err
-	}
 	work, err := filepath.Abs(opts.WorkDir)
 	if err != nil {
 		return nil, err
@@ -196,18 +184,24 @@ func prepare(c *ir.Cluster, b *pki.Bundle, opts Options) (*preparation, error) {
 		return nil, fmt.Errorf("workdir %s holds a previous simulation; give an empty one", work)
 	}
 	apiServers := 0
-	for _, n := range m.Cluster.Nodes {
+	for _, n := range mapped.Nodes {
 		if n.Runs(ir.ComponentAPIServer) {
 			apiServers++
 		}
 	}
 	sdOpts := placement(treeDir, addrs, apiServers)
+	// Nodes running etcd or the control plane get their whole compiled
+	// trees; a node that is only a simulated kubelet gets its kubelet's
+	// client certificate and kubeconfig, all the simulation reads of it
+	// besides its kubelet unit (NodeUnits).
 	sdOpts.Trees = runsProcesses
-	tree, err := systemd.Build(m, sdOpts)
+	_, tree, err := pipeline.Place(mapped, b, pipeline.Placement{Systemd: sdOpts, Certs: func(cert pki.Cert) bool {
+		return cert.Node == "" || runsProcesses(mapped.Nodes[index[cert.Node]]) || cert.Name == "kubelet-client"
+	}})
 	if err != nil {
 		return nil, err
 	}
-	if _, err := targets.Write(treeDir, processTree(mapped, tree), targets.WriteOptions{}); err != nil {
+	if _, err := writer.Write(treeDir, processTree(mapped, tree), writer.Options{}); err != nil {
 		return nil, err
 	}
 	admin, ok := tree.Get(layout.ClusterTree("admin.conf"))

@@ -100,7 +100,7 @@ func pack(m *pki.Material, sd *targets.Tree) (*targets.Tree, error) {
 		if err != nil {
 			return nil, err
 		}
-		for name, data := range map[string][]byte{"user-data": ud, "meta-data": md, "network-config": nc} {
+		for name, data := range map[string][]byte{layout.UserData: ud, layout.MetaData: md, layout.NetworkConfig: nc} {
 			// user-data holds private keys.
 			if err := out.Add(layout.NodeTree(n.Name, name), data, 0o600); err != nil {
 				return nil, err

@@ -30,15 +30,7 @@ func Rules() []diag.Rule {
 
 // Sizes reports every cloud-init node's user-data size, in node order.
 func Sizes(c *ir.Cluster, tree *targets.Tree) []targets.NodeSize {
-	var out []targets.NodeSize
-	for _, n := range c.Nodes {
-		if n.OS.Ignition() {
-			continue
-		}
-		f, _ := tree.Get(layout.NodeTree(n.Name, "user-data"))
-		out = append(out, targets.NodeSize{Node: n.Name, Bytes: len(f.Data)})
-	}
-	return out
+	return targets.Sizes(c, tree, layout.UserData, func(n ir.Node) bool { return !n.OS.Ignition() })
 }
 
 // CheckSizes reports the nodes whose user-data exceeds the spec's limit,

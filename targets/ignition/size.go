@@ -3,7 +3,6 @@ package ignition
 import (
 	"github.com/kcompile/kcompile/compiler/diag"
 	"github.com/kcompile/kcompile/compiler/ir"
-	"github.com/kcompile/kcompile/layout"
 	"github.com/kcompile/kcompile/targets"
 )
 
@@ -32,13 +31,5 @@ func CheckCoverage(c *ir.Cluster) diag.List {
 
 // Sizes reports every Ignition node's config size, in node order.
 func Sizes(c *ir.Cluster, tree *targets.Tree) []targets.NodeSize {
-	var out []targets.NodeSize
-	for _, n := range c.Nodes {
-		if !n.OS.Ignition() {
-			continue
-		}
-		f, _ := tree.Get(layout.NodeTree(n.Name, ConfigName))
-		out = append(out, targets.NodeSize{Node: n.Name, Bytes: len(f.Data)})
-	}
-	return out
+	return targets.Sizes(c, tree, ConfigName, func(n ir.Node) bool { return n.OS.Ignition() })
 }

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"reflect"
+	"slices"
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -316,4 +318,76 @@ func nodeLabels(c *ir.Cluster) []runtime.Object {
 		out = append(out, &corev1.Node{TypeMeta: typeMeta("v1", "Node"), ObjectMeta: metav1.ObjectMeta{Name: n.Name, Labels: labels}})
 	}
 	return out
+}
+
+// Images are every image the cluster's nodes pull, sorted, without
+// repeats: those of the containers (init and ephemeral ones too) of the
+// addon manifests' pods, and the runtimes' sandbox image. They come from
+// the objects the manifests are rendered from, so that a runtime serving
+// the cluster its images (kcompile up) need not read the manifests back.
+func Images(c *ir.Cluster) ([]string, error) {
+	sets, err := addonSets(c)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, s := range sets {
+		for _, o := range s.objs {
+			for _, spec := range podSpecs(reflect.ValueOf(o)) {
+				for _, ct := range spec.InitContainers {
+					out = append(out, ct.Image)
+				}
+				for _, ct := range spec.Containers {
+					out = append(out, ct.Image)
+				}
+				for _, ct := range spec.EphemeralContainers {
+					out = append(out, ct.Image)
+				}
+			}
+		}
+	}
+	for _, n := range c.Nodes {
+		if n.RunsPods() {
+			out = append(out, pauseImage)
+			break
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out), nil
+}
+
+// podSpecs are the pod specs an object holds, wherever it nests them (a
+// Deployment's template, a CronJob's job template's): a kind of
+// workload the addons come to use is found without being named here.
+func podSpecs(v reflect.Value) []corev1.PodSpec {
+	switch v.Kind() {
+	case reflect.Pointer, reflect.Interface:
+		if !v.IsNil() {
+			return podSpecs(v.Elem())
+		}
+	case reflect.Struct:
+		if spec, ok := v.Interface().(corev1.PodSpec); ok {
+			return []corev1.PodSpec{spec}
+		}
+		var out []corev1.PodSpec
+		for i := range v.NumField() {
+			if v.Type().Field(i).IsExported() {
+				out = append(out, podSpecs(v.Field(i))...)
+			}
+		}
+		return out
+	case reflect.Slice, reflect.Array:
+		var out []corev1.PodSpec
+		for i := range v.Len() {
+			out = append(out, podSpecs(v.Index(i))...)
+		}
+		return out
+	case reflect.Map:
+		var out []corev1.PodSpec
+		for it := v.MapRange(); it.Next(); {
+			out = append(out, podSpecs(it.Value())...)
+		}
+		return out
+	}
+	return nil
 }

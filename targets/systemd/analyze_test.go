@@ -13,10 +13,10 @@ import (
 )
 
 // TestSystemdAnalyzeVerify runs systemd's own verifier on every unit of
-// every node of the examples, offline, in a scratch root holding a copy of
-// the system's units, the node's units and an executable at every command
-// path. systemd-analyze exits 0 on unknown keys and bad values and only
-// prints, so any output fails the test.
+// every node of the examples, with kcompile up's drop-ins, offline, in a
+// scratch root holding a copy of the system's units, the node's units and
+// an executable at every command path. systemd-analyze exits 0 on unknown
+// keys and bad values and only prints, so any output fails the test.
 func TestSystemdAnalyzeVerify(t *testing.T) {
 	analyze, err := exec.LookPath("systemd-analyze")
 	if err != nil {
@@ -47,6 +47,16 @@ func TestSystemdAnalyzeVerify(t *testing.T) {
 			}
 			// multi-user.target reads the drop-in that wants the units.
 			writeFile(t, filepath.Join(root, layout.BootDropIn), render(t, bootUnit(units)), 0o644)
+			// kcompile up's drop-ins are read with the units they change.
+			up, err := UpFiles(c, n, Options{}, everyOverride())
+			if err != nil {
+				t.Fatal(err)
+			}
+			for p, data := range up {
+				if strings.HasPrefix(p, layout.UnitDir) {
+					writeFile(t, filepath.Join(root, p), data, 0o644)
+				}
+			}
 			args := append([]string{"verify", "--root=" + root, "--man=no", "--generators=no", "multi-user.target"}, paths...)
 			out, err := exec.Command(analyze, args...).CombinedOutput()
 			if err != nil || len(out) > 0 {

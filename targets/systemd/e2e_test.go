@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/kcompile/kcompile/internal/unitfile"
+	"github.com/kcompile/kcompile/internal/writer"
 	"github.com/kcompile/kcompile/targets"
 )
 
@@ -82,7 +83,7 @@ func runControlPlane(t *testing.T) {
 	if err := nodeFiles(m, tree, newRenderCache(), Options{Root: func(string) string { return root }}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := targets.Write(filepath.Join(top, "out"), tree, targets.WriteOptions{}); err != nil {
+	if _, err := writer.Write(filepath.Join(top, "out"), tree, writer.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	bin := os.Getenv("KCOMPILE_BIN")

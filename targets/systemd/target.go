@@ -47,10 +47,15 @@ type placement struct {
 	// os places the binaries and kcompile's scripts where the node's
 	// operating system lets them be written.
 	os ir.OS
+	// containerdConfig is the configuration containerd.service names:
+	// layout.ContainerdConfig, or kcompile up's copy of it for the
+	// drop-in that gives containerd the copy (UpFiles).
+	containerdConfig string
 }
 
 func (o Options) placement(n ir.Node) placement {
-	l := placement{root: "/", loopback: netip.MustParseAddr("127.0.0.1"), extraArgs: func(ir.Component) []string { return nil }, os: n.OS}
+	l := placement{root: "/", loopback: netip.MustParseAddr("127.0.0.1"), extraArgs: func(ir.Component) []string { return nil }, os: n.OS,
+		containerdConfig: layout.ContainerdConfig}
 	if n.Address().Is6() {
 		l.loopback = netip.IPv6Loopback()
 	}
@@ -111,16 +116,9 @@ type addonSet struct {
 // clusterFiles writes the addon manifests, applied in file-name order
 // with the super-admin kubeconfig when the control plane is up.
 func clusterFiles(c *ir.Cluster, tree *targets.Tree) error {
-	cni, err := cniManifests(c)
+	sets, err := addonSets(c)
 	if err != nil {
 		return err
-	}
-	sets := []addonSet{
-		{"00-rbac.yaml", clusterRBAC()},
-		{"10-nodes.yaml", nodeLabels(c)},
-		{"20-cni-" + c.Network.CNI.Plugin + ".yaml", cni},
-		{"30-coredns.yaml", coreDNS(c)},
-		{"40-storage.yaml", storage(c)},
 	}
 	for _, s := range sets {
 		if len(s.objs) == 0 {
@@ -135,6 +133,21 @@ func clusterFiles(c *ir.Cluster, tree *targets.Tree) error {
 		}
 	}
 	return tree.Add(layout.ClusterTree("README"), []byte(clusterReadme), 0o644)
+}
+
+// addonSets are the files of cluster/addons as objects, in order.
+func addonSets(c *ir.Cluster) ([]addonSet, error) {
+	cni, err := cniManifests(c)
+	if err != nil {
+		return nil, err
+	}
+	return []addonSet{
+		{"00-rbac.yaml", clusterRBAC()},
+		{"10-nodes.yaml", nodeLabels(c)},
+		{"20-cni-" + c.Network.CNI.Plugin + ".yaml", cni},
+		{"30-coredns.yaml", coreDNS(c)},
+		{"40-storage.yaml", storage(c)},
+	}, nil
 }
 
 const clusterReadme = `This is the cluster tree kcompile built.

@@ -101,7 +101,7 @@ func runtimeUnit(c *ir.Cluster, l placement) UnitFile {
 		return UnitFile{"crio.service", u}
 	}
 	u := service("containerd container runtime", "https://containerd.io/", []string{"network-online.target", "local-fs.target"}, nil,
-		l.program("containerd"), append([]string{flag("config", l.at(layout.ContainerdConfig))}, l.extraArgs(ir.ComponentRuntime)...))
+		l.program("containerd"), append([]string{flag("config", l.at(l.containerdConfig))}, l.extraArgs(ir.ComponentRuntime)...))
 	withRuntimeLimits(&u)
 	return UnitFile{"containerd.service", u}
 }

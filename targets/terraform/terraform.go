@@ -47,7 +47,7 @@ const (
 // metadata key each is stored under (Matchbox metadata keys are template
 // variables: no '-').
 var nodeFiles = []struct{ file, key string }{
-	{"user-data", "user_data"},
+	{layout.UserData, "user_data"},
 	{"meta-data", "meta_data"},
 	{"network-config", "network_config"},
 }
@@ -386,7 +386,7 @@ func mainTF(c *ir.Cluster) ([]byte, error) {
 		for _, nf := range nodeFiles {
 			// nodeFiles is ours: the file names are no spec values.
 			read := code(`file("${path.module}/nodes/${each.key}/` + nf.file + `")`)
-			if nf.file == "user-data" {
+			if nf.file == layout.UserData {
 				// It carries the node's private keys: never shown in a plan.
 				read = "sensitive(" + read + ")"
 			}

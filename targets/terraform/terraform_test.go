@@ -16,7 +16,7 @@ import (
 	"github.com/kcompile/kcompile/targets/systemd"
 
 	"github.com/kcompile/kcompile/compiler/pki"
-	"github.com/kcompile/kcompile/review"
+	"github.com/kcompile/kcompile/internal/writer"
 	"github.com/kcompile/kcompile/targets"
 	"github.com/kcompile/kcompile/targets/cloudinit"
 	"github.com/kcompile/kcompile/targets/ignition"
@@ -151,7 +151,7 @@ func TestModuleValidates(t *testing.T) {
 	for _, m := range []*pki.Material{compile(t, "ha-stacked", ""), compile(t, "external-etcd", externalBoot), compile(t, "flatcar", ""), compile(t, "ha-stacked", mixed)} {
 		tree, _ := build(t, m)
 		dir := filepath.Join(t.TempDir(), "terraform")
-		if _, err := targets.Write(dir, tree, targets.WriteOptions{}); err != nil {
+		if _, err := writer.Write(dir, tree, writer.Options{}); err != nil {
 			t.Fatal(err)
 		}
 		tofu(t, dir, env, "", "init", "-input=false", "-backend=false", "-no-color")
@@ -169,7 +169,7 @@ func TestModuleValues(t *testing.T) {
 	m := compile(t, "external-etcd", externalBoot)
 	tree, _ := build(t, m)
 	dir := filepath.Join(t.TempDir(), "terraform")
-	if _, err := targets.Write(dir, tree, targets.WriteOptions{}); err != nil {
+	if _, err := writer.Write(dir, tree, writer.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	env := tofuEnv(t)
@@ -311,35 +311,6 @@ func TestCheck(t *testing.T) {
 const mixed = `workers: pools: general: os: "flatcar"
 boot: os: flatcar: {kernel: "/assets/flatcar/vmlinuz", initrd: ["/assets/flatcar/initrd.cpio.gz"]}
 `
-
-// TestGolden compares the modules (their .tf files and README; the node
-// files are the cloudinit and ignition targets' goldens) with
-// golden/<example>/terraform.
-func TestGolden(t *testing.T) {
-	for _, name := range []string{"ha-stacked", "flatcar"} {
-		golden(t, name)
-	}
-}
-
-func golden(t *testing.T, name string) {
-	update := os.Getenv("KCOMPILE_UPDATE") != ""
-	tree, _ := build(t, compile(t, name, ""))
-	module := targets.NewTree()
-	for _, f := range tree.Files() {
-		if !strings.HasPrefix(f.Path, "nodes/") {
-			if err := module.Add(f.Path, f.Data, f.Mode); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	d, err := review.Golden(fixture.Path("golden/"+name+"/terraform"), module, update)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if d != "" {
-		t.Errorf("the module differs from golden/%s/terraform (KCOMPILE_UPDATE=1 go test ./targets/terraform rewrites it):\n%s", name, d)
-	}
-}
 
 // TestConfigTooLarge: a node configuration Matchbox's API would refuse
 // is an error at the node, for either kind.

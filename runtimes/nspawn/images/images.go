@@ -24,7 +24,8 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/name"
 
-	"github.com/kcompile/kcompile/targets"
+	"github.com/kcompile/kcompile/compiler/ir"
+	"github.com/kcompile/kcompile/targets/systemd"
 )
 
 // EchoImage is the test workload (internal/standin/echo), served
@@ -198,18 +199,23 @@ func unbuildable() map[string]string {
 	return map[string]string{"calico/": "calico", "cilium/": "cilium"}
 }
 
-// Plan lists every image the cluster's tree pulls, and the test workload,
-// with how each is built from progs, or why it cannot be. An error is a
-// tree kcompile did not write (a file it cannot read back).
-func Plan(tree *targets.Tree, progs Programs) ([]Image, []Problem, error) {
-	refs, err := References(tree)
+// Plan lists every image the cluster pulls, and the test workload, with
+// how each is built from progs, or why it cannot be. The systemd target
+// names the images, from what it renders the cluster's files from.
+func Plan(c *ir.Cluster, progs Programs) ([]Image, []Problem, error) {
+	refs, err := systemd.Images(c)
 	if err != nil {
 		return nil, nil, err
 	}
-	refs = append(refs, EchoImage)
+	images, problems := planRefs(append(refs, EchoImage), progs)
+	return images, problems, nil
+}
+
+// planRefs plans the images refs name.
+func planRefs(refs []string, progs Programs) ([]Image, []Problem) {
+	refs = slices.Clone(refs)
 	slices.Sort(refs)
 	refs = slices.Compact(refs)
-
 	var images []Image
 	var problems []Problem
 	for _, ref := range refs {
@@ -223,7 +229,7 @@ func Plan(tree *targets.Tree, progs Programs) ([]Image, []Problem, error) {
 	slices.SortFunc(problems, func(a, b Problem) int {
 		return cmp.Or(cmp.Compare(a.Image, b.Image), cmp.Compare(a.Message, b.Message))
 	})
-	return images, problems, nil
+	return images, problems
 }
 
 // plan is the image of ref, or why it cannot be built.

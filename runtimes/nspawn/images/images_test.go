@@ -4,7 +4,6 @@ import (
 	"archive/tar"
 	"bytes"
 	"io"
-	"io/fs"
 	"maps"
 	"net"
 	"net/http"
@@ -19,49 +18,19 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
+	"github.com/kcompile/kcompile/compiler/ir"
 	"github.com/kcompile/kcompile/internal/fixture"
-	"github.com/kcompile/kcompile/targets"
 	"github.com/kcompile/kcompile/targets/systemd"
 )
-
-// golden reads a committed systemd tree.
-func golden(t *testing.T, example string) *targets.Tree {
-	t.Helper()
-	root := fixture.Path("golden/" + example + "/systemd")
-	tree := targets.NewTree()
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		data, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		rel, err := filepath.Rel(root, p)
-		if err != nil {
-			return err
-		}
-		return tree.Add(filepath.ToSlash(rel), data, 0o644)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tree
-}
 
 // upSpec names the releases of CoreDNS and flannel that scripts/tools
 // builds, as a spec for kcompile up does.
 const upSpec = "addons: coredns: version: \"1.15.0\"\nnetwork: cni: version: \"0.28.10\"\n"
 
-// singleNode is the systemd tree of examples/single-node with the CUE
-// fields extra added.
-func singleNode(t *testing.T, extra string) *targets.Tree {
+// singleNode is examples/single-node with the CUE fields extra added.
+func singleNode(t *testing.T, extra string) *ir.Cluster {
 	t.Helper()
-	tree, err := systemd.Build(fixture.Material(t, "single-node", map[string]string{"up.cue": "package cluster\n" + extra}), systemd.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tree
+	return fixture.Cluster(t, "single-node", map[string]string{"up.cue": "package cluster\n" + extra})
 }
 
 // fakePrograms is a programs directory whose programs are small files,
@@ -155,10 +124,9 @@ func TestPlanUpSpec(t *testing.T) {
 	}
 }
 
-// TestPlanGolden: every image of the committed flannel example can be
-// built here; calico's and cilium's cannot, each a problem saying so,
+// TestPlanExamples: every image of the flannel example can be built here; calico's and cilium's cannot, each a problem saying so,
 // and what can be built still is.
-func TestPlanGolden(t *testing.T) {
+func TestPlanExamples(t *testing.T) {
 	for _, tc := range []struct {
 		example  string
 		images   []string
@@ -183,7 +151,7 @@ func TestPlanGolden(t *testing.T) {
 			}},
 	} {
 		t.Run(tc.example, func(t *testing.T) {
-			images, problems, err := Plan(golden(t, tc.example), fakePrograms(t))
+			images, problems, err := Plan(fixture.Cluster(t, tc.example, nil), fakePrograms(t))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -221,30 +189,15 @@ func TestPlanOtherReleases(t *testing.T) {
 // of no recipe is named, and a program not built is asked for.
 func TestPlanRefuses(t *testing.T) {
 	digest := "ghcr.io/flannel-io/flannel@sha256:" + strings.Repeat("ab", 32)
-	tree := singleNode(t, upSpec+"network: cni: images: flannel: \""+digest+"\"\n")
-	if err := tree.Add("cluster/addons/90-extra.yaml", []byte(`apiVersion: apps/v1
-kind: Deployment
-metadata: {name: extra}
-spec:
-  template:
-    spec:
-      initContainers: [{name: a, image: "docker.io/library/busybox:1.36"}]
-      containers: [{name: b, image: "registry.k8s.io/coredns/coredns:v1.15.0"}]
----
-apiVersion: v1
-kind: Pod
-metadata: {name: p}
-spec:
-  containers: [{name: c, image: "example.com/team/app:1"}, {name: d, image: "calico/node:v3.30.3"}]
-`), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	progs := fakePrograms(t)
-	delete(progs.Releases, "echo")
-	images, problems, err := Plan(tree, progs)
+	pulled, err := systemd.Images(singleNode(t, upSpec+"network: cni: images: flannel: \""+digest+"\"\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Images of other workloads, under each kind of name.
+	pulled = append(pulled, "docker.io/library/busybox:1.36", "registry.k8s.io/coredns/coredns:v1.15.0", "example.com/team/app:1", "calico/node:v3.30.3", EchoImage)
+	progs := fakePrograms(t)
+	delete(progs.Releases, "echo")
+	images, problems := planRefs(pulled, progs)
 	want := []string{
 		"calico/node:v3.30.3: calico's images cannot be built from Go sources here; kcompile up runs flannel (network.cni.plugin: flannel)",
 		"docker.io/library/busybox:1.36: kcompile up cannot build this image: it builds only the images of flannel, CoreDNS, the sandbox and the test workload",

@@ -20,12 +20,10 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/alecthomas/kong"
-
-	"github.com/kcompile/kcompile/compiler"
 	"github.com/kcompile/kcompile/compiler/diag"
 	"github.com/kcompile/kcompile/compiler/ir"
 	"github.com/kcompile/kcompile/compiler/pki"
+	"github.com/kcompile/kcompile/internal/command"
 	"github.com/kcompile/kcompile/pipeline"
 	"github.com/kcompile/kcompile/runtimes/sim"
 )
@@ -36,9 +34,9 @@ func main() {
 
 // Exit statuses, as kcompile's.
 const (
-	exitOK       = 0
-	exitProblems = 1
-	exitUsage    = 2
+	exitOK       = command.ExitOK
+	exitProblems = command.ExitProblems
+	exitUsage    = command.ExitUsage
 )
 
 // cli is the grammar of `kcompile sim`.
@@ -67,40 +65,14 @@ Exit status:
 `
 }
 
-// exitCode carries kong's exit status out of its Exit hook.
-type exitCode int
-
-func run(args []string, stdout, stderr io.Writer) (code int) {
+func run(args []string, stdout, stderr io.Writer) int {
 	var c cli
-	parser, err := kong.New(&c,
-		kong.Name("kcompile sim"),
-		kong.Description("Run the compiled cluster in this process: real etcd and control plane, simulated kubelets."),
-		kong.Writers(stdout, stderr),
-		kong.UsageOnError(),
-		kong.Exit(func(code int) { panic(exitCode(code)) }),
-		kong.ConfigureHelp(kong.HelpOptions{Compact: true}),
-	)
-	if err != nil {
-		fmt.Fprintln(stderr, "kcompile sim: internal error:", err)
-		return exitUsage
+	_, _, code, ok := command.Parse(&c, "kcompile sim", "Run the compiled cluster in this process: real etcd and control plane, simulated kubelets.",
+		args, stdout, stderr)
+	if !ok {
+		return code
 	}
-	defer func() {
-		if r := recover(); r != nil {
-			e, ok := r.(exitCode)
-			if !ok {
-				panic(r)
-			}
-			code = exitOK
-			if e != exitOK {
-				code = exitUsage
-			}
-		}
-	}()
-	if _, err := parser.Parse(args); err != nil {
-		fmt.Fprintf(stderr, "kcompile sim: error: %v\n", err)
-		return exitUsage
-	}
-	now, err := clock()
+	now, err := command.Clock()
 	if err != nil {
 		fmt.Fprintln(stderr, "kcompile sim:", err)
 		return exitUsage
@@ -111,19 +83,6 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 		fmt.Fprintln(stderr, "kcompile sim:", msg)
 	}
 	return code
-}
-
-// clock reads the time once; SOURCE_DATE_EPOCH replaces it, as in
-// kcompile.
-func clock() (time.Time, error) {
-	if s, ok := os.LookupEnv("SOURCE_DATE_EPOCH"); ok {
-		secs, err := strconv.ParseInt(s, 10, 64)
-		if err != nil {
-			return time.Time{}, fmt.Errorf("SOURCE_DATE_EPOCH=%q is not a number of seconds", s)
-		}
-		return time.Unix(secs, 0).UTC(), nil
-	}
-	return time.Now().UTC(), nil
 }
 
 // run compiles the spec, checks it with the bundle and the scenario, and
@@ -138,33 +97,21 @@ func (c *cli) run(now time.Time, cwd string, stdout, stderr io.Writer) (int, str
 	b, diags, err := pipeline.LoadBundle(c.Secrets)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		return exitProblems, fmt.Sprintf("secrets bundle %s does not exist; create one with `kcompile secrets init -s %s`", c.Secrets, c.Secrets)
+		return exitProblems, err.Error()
 	case err != nil:
 		return exitProblems, err.Error()
 	case diags.HasErrors():
 		return printed(diags, "cannot use the secrets bundle "+c.Secrets)
 	}
-	out, err := pipeline.Run(pipeline.Input{Source: compiler.Source{Dir: c.Dir}, Bundle: b, Now: now})
+	in := pipeline.Input{Source: pipeline.Source{Dir: c.Dir}, Bundle: b, Now: now, Scenario: c.Scenario}
+	out, err := pipeline.Run(in)
 	if err != nil {
 		return exitProblems, err.Error()
 	}
 	if out.Diagnostics.HasErrors() {
-		msg := "the spec and the secrets bundle do not fit together"
-		if out.Cluster == nil {
-			msg = "the spec has errors; `kcompile check` explains them"
-		}
-		return printed(out.Diagnostics, msg)
+		return printed(out.Diagnostics, out.Stopped(in, "the spec and the secrets bundle do not fit together"))
 	}
-	// The scenario is checked against the compiled cluster before
-	// anything starts: a misspelt node costs no boot.
-	var scenario *ir.Scenario
-	if c.Scenario != "" {
-		var diags diag.List
-		if scenario, diags = compiler.LoadScenario(c.Scenario, out.Cluster); scenario == nil {
-			return printed(diags, "the scenario has errors")
-		}
-	}
-	if err := c.simulate(out.Cluster, scenario, b, stdout); err != nil {
+	if err := c.simulate(out.Cluster, out.Scenario, b, stdout); err != nil {
 		return exitProblems, err.Error()
 	}
 	return exitOK, ""

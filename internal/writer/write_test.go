@@ -1,4 +1,4 @@
-package targets
+package writer
 
 import (
 	"bytes"
@@ -12,17 +12,20 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
+
+	"github.com/kcompile/kcompile/targets"
 )
 
-func write(dir string, t *Tree, o WriteOptions) error {
+func write(dir string, t *targets.Tree, o Options) error {
 	_, err := Write(dir, t, o)
 	return err
 }
 
 // sample is a small tree with the modes targets write.
-func sample(t testing.TB, tag string) *Tree {
-	tr := NewTree()
+func sample(t testing.TB, tag string) *targets.Tree {
+	tr := targets.NewTree()
 	for p, mode := range map[string]fs.FileMode{
 		"cluster/admin.conf":                           0o600,
 		"nodes/cp1/etc/kubernetes/pki/ca.crt":          0o644,
@@ -102,7 +105,7 @@ var (
 
 // checkTree asserts that dir holds exactly tree and a manifest that
 // verifies with key.
-func checkTree(t *testing.T, dir string, tree *Tree, key []byte) {
+func checkTree(t *testing.T, dir string, tree *targets.Tree, key []byte) {
 	t.Helper()
 	got := snapshot(t, dir)
 	for _, f := range tree.Files() {
@@ -126,8 +129,8 @@ func checkTree(t *testing.T, dir string, tree *Tree, key []byte) {
 func TestWriteManifest(t *testing.T) {
 	base := t.TempDir()
 	tr := sample(t, "a")
-	must(t, write(filepath.Join(base, "1", "systemd"), tr, WriteOptions{Version: "v1.2.3", Key: testKey}))
-	must(t, write(filepath.Join(base, "2", "systemd"), tr, WriteOptions{Version: "v1.2.3", Key: testKey}))
+	must(t, write(filepath.Join(base, "1", "systemd"), tr, Options{Version: "v1.2.3", Key: testKey}))
+	must(t, write(filepath.Join(base, "2", "systemd"), tr, Options{Version: "v1.2.3", Key: testKey}))
 	if _, ok := tr.Get(ManifestName); ok || tr.Len() != 5 {
 		t.Errorf("Write changed the tree: %d files", tr.Len())
 	}
@@ -154,9 +157,9 @@ func TestWriteManifest(t *testing.T) {
 		}
 	}
 
-	bad := NewTree()
+	bad := targets.NewTree()
 	must(t, bad.Add(ManifestName, []byte("{}"), 0o644))
-	if err := write(filepath.Join(base, "3", "systemd"), bad, WriteOptions{}); err == nil {
+	if err := write(filepath.Join(base, "3", "systemd"), bad, Options{}); err == nil {
 		t.Error("a tree holding the manifest's name was written")
 	}
 	if _, err := os.Lstat(filepath.Join(base, "3", "systemd")); !errors.Is(err, fs.ErrNotExist) {
@@ -173,7 +176,7 @@ func TestWriteNeverTouchesWhatItDidNotWrite(t *testing.T) {
 		key  = "nodes/cp1/etc/kubernetes/pki/ca.key"
 	)
 	own := func(t *testing.T, dir string) {
-		must(t, write(dir, sample(t, "old"), WriteOptions{Version: "v1", Key: testKey}))
+		must(t, write(dir, sample(t, "old"), Options{Version: "v1", Key: testKey}))
 	}
 	cases := []struct {
 		name    string
@@ -246,10 +249,10 @@ func TestWriteNeverTouchesWhatItDidNotWrite(t *testing.T) {
 			})
 		}, []string{"does not verify with this secrets bundle"}},
 		{"written with another bundle", func(t *testing.T, dir, _ string) {
-			must(t, write(dir, sample(t, "new"), WriteOptions{Version: "v2", Key: otherKey}))
+			must(t, write(dir, sample(t, "new"), Options{Version: "v2", Key: otherKey}))
 		}, []string{"does not verify with this secrets bundle (it was edited, or written with another bundle)"}},
 		{"manifest without a MAC", func(t *testing.T, dir, _ string) {
-			must(t, write(dir, sample(t, "new"), WriteOptions{Version: "v2"}))
+			must(t, write(dir, sample(t, "new"), Options{Version: "v2"}))
 		}, []string{"has a .kcompile-manifest.json without a MAC"}},
 		{"manifest garbled", func(t *testing.T, dir, _ string) {
 			own(t, dir)
@@ -281,7 +284,7 @@ func TestWriteNeverTouchesWhatItDidNotWrite(t *testing.T) {
 			beforeDir := snapshot(t, dir)
 			tree := sample(t, "new")
 
-			_, err := Write(dir, tree, WriteOptions{Version: "v2", Key: testKey})
+			_, err := Write(dir, tree, Options{Version: "v2", Key: testKey})
 			var fe *ForeignError
 			if !errors.As(err, &fe) {
 				t.Fatalf("Write returned %v, want a *ForeignError", err)
@@ -296,7 +299,7 @@ func TestWriteNeverTouchesWhatItDidNotWrite(t *testing.T) {
 			}
 			sameSnapshot(t, "after a refusal", before, snapshot(t, base))
 
-			res, err := Write(dir, tree, WriteOptions{Version: "v2", Replace: true, Key: testKey})
+			res, err := Write(dir, tree, Options{Version: "v2", Replace: true, Key: testKey})
 			must(t, err)
 			if want := dir + ".replaced-1"; res.MovedAside != want {
 				t.Fatalf("moved aside to %q, want %q", res.MovedAside, want)
@@ -335,10 +338,10 @@ func TestWriteReplacesOwnTree(t *testing.T) {
 	dir := filepath.Join(base, "systemd")
 	must(t, os.Mkdir(dir, 0o755))
 	// An empty directory holds nothing to lose.
-	must(t, write(dir, sample(t, "1"), WriteOptions{Key: testKey}))
+	must(t, write(dir, sample(t, "1"), Options{Key: testKey}))
 	checkTree(t, dir, sample(t, "1"), testKey)
 	for _, tag := range []string{"2", "3"} {
-		res, err := Write(dir, sample(t, tag), WriteOptions{Key: testKey})
+		res, err := Write(dir, sample(t, tag), Options{Key: testKey})
 		must(t, err)
 		if res.MovedAside != "" {
 			t.Errorf("our own tree was kept at %s", res.MovedAside)
@@ -347,7 +350,7 @@ func TestWriteReplacesOwnTree(t *testing.T) {
 	}
 	// Without a key (nspawn's and sim's own directories) the manifest
 	// is trusted as written, as before keys: the keyed tree is replaced.
-	res, err := Write(dir, sample(t, "4"), WriteOptions{})
+	res, err := Write(dir, sample(t, "4"), Options{})
 	must(t, err)
 	if res.MovedAside != "" {
 		t.Errorf("our own tree was kept at %s", res.MovedAside)
@@ -364,18 +367,18 @@ func TestWriteReplacesOwnTree(t *testing.T) {
 func TestWriteLocked(t *testing.T) {
 	base := t.TempDir()
 	dir := filepath.Join(base, "systemd")
-	must(t, write(dir, sample(t, "1"), WriteOptions{}))
+	must(t, write(dir, sample(t, "1"), Options{}))
 	before := snapshot(t, base)
 	unlock, err := lockDir(base)
 	must(t, err)
-	_, err = Write(dir, sample(t, "2"), WriteOptions{})
+	_, err = Write(dir, sample(t, "2"), Options{})
 	var le *LockedError
 	if !errors.As(err, &le) || !strings.Contains(err.Error(), "another kcompile is writing to "+base) {
 		t.Errorf("Write into a locked directory returned %v, want a *LockedError", err)
 	}
 	sameSnapshot(t, "while locked", before, snapshot(t, base))
 	unlock()
-	must(t, write(dir, sample(t, "2"), WriteOptions{}))
+	must(t, write(dir, sample(t, "2"), Options{}))
 	checkTree(t, dir, sample(t, "2"), nil)
 }
 
@@ -385,9 +388,9 @@ func TestWriteConcurrent(t *testing.T) {
 	const writers, rounds = 4, 3
 	base := t.TempDir()
 	dir := filepath.Join(base, "systemd")
-	trees := make([]*Tree, writers)
+	trees := make([]*targets.Tree, writers)
 	for i := range trees {
-		trees[i] = NewTree()
+		trees[i] = targets.NewTree()
 		for f := range 1000 {
 			must(t, trees[i].Add(fmt.Sprintf("nodes/n%02d/file%d", f%50, f), []byte(fmt.Sprintf("writer %d file %d\n", i, f)), 0o644))
 		}
@@ -400,7 +403,7 @@ func TestWriteConcurrent(t *testing.T) {
 		for i := range writers {
 			wg.Go(func() {
 				<-start
-				_, errs[i] = Write(dir, trees[i], WriteOptions{})
+				_, errs[i] = Write(dir, trees[i], Options{})
 			})
 		}
 		close(start)
@@ -439,16 +442,60 @@ func TestWriteConcurrent(t *testing.T) {
 // BenchmarkInspectLarge verifies a manifest of examples/large's size.
 func BenchmarkInspectLarge(b *testing.B) {
 	dir := filepath.Join(b.TempDir(), "systemd")
-	tr := NewTree()
+	tr := targets.NewTree()
 	for i := range 90_000 {
 		must(b, tr.Add(fmt.Sprintf("nodes/n%04d/etc/file%d", i/18, i), bytes.Repeat([]byte{byte(i)}, 2048), 0o644))
 	}
-	if _, err := Write(dir, tr, WriteOptions{Key: testKey}); err != nil {
+	if _, err := Write(dir, tr, Options{Key: testKey}); err != nil {
 		b.Fatal(err)
 	}
 	for b.Loop() {
 		if _, err := inspect(dir, testKey); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+func TestWriteAtomicAndModes(t *testing.T) {
+	old := syscall.Umask(0o077)
+	defer syscall.Umask(old)
+	base := t.TempDir()
+	dir := filepath.Join(base, "out", "pki")
+	tr := targets.NewTree()
+	must(t, tr.Add("nodes/cp1/etc/kubernetes/pki/ca.crt", []byte("cert"), 0o644))
+	must(t, tr.Add("nodes/cp1/etc/kubernetes/pki/ca.key", []byte("key"), 0o600))
+	must(t, write(dir, tr, Options{}))
+	for p, want := range map[string]os.FileMode{"nodes/cp1/etc/kubernetes/pki/ca.crt": 0o644, "nodes/cp1/etc/kubernetes/pki/ca.key": 0o600, ManifestName: 0o600} {
+		fi, err := os.Stat(filepath.Join(dir, p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode().Perm() != want {
+			t.Errorf("%s has mode %04o under umask 077, want %04o", p, fi.Mode().Perm(), want)
+		}
+	}
+	// Our own unchanged tree is replaced entirely, not merged.
+	tr2 := targets.NewTree()
+	must(t, tr2.Add("other", []byte("x"), 0o644))
+	must(t, write(dir, tr2, Options{}))
+	if _, err := os.Stat(filepath.Join(dir, "nodes")); !os.IsNotExist(err) {
+		t.Errorf("old files survive a replace: %v", err)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "other")); err != nil || string(b) != "x" {
+		t.Errorf("new tree not written: %q %v", b, err)
+	}
+	entries, err := os.ReadDir(filepath.Dir(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 1 || entries[0].Name() != "pki" {
+		t.Errorf("temporary directories left next to the tree: %v", entries)
+	}
+}
+
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
 	}
 }

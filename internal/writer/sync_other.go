@@ -1,6 +1,6 @@
 //go:build !linux
 
-package targets
+package writer
 
 import (
 	"io/fs"

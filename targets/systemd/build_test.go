@@ -2,13 +2,12 @@ package systemd
 
 import (
 	"bytes"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/kcompile/kcompile/compiler/pki"
 	"github.com/kcompile/kcompile/internal/fixture"
-	"github.com/kcompile/kcompile/review"
+	"github.com/kcompile/kcompile/internal/writer"
 	"github.com/kcompile/kcompile/targets"
 )
 
@@ -19,21 +18,6 @@ func buildExample(t testing.TB, name string) *targets.Tree {
 		t.Fatalf("%s: %v", name, err)
 	}
 	return tree
-}
-
-// TestGolden compares every example's systemd tree with golden/<example>/
-// systemd; KCOMPILE_UPDATE=1 rewrites them and deletes stale files.
-func TestGolden(t *testing.T) {
-	update := os.Getenv("KCOMPILE_UPDATE") != ""
-	for _, name := range fixture.Examples() {
-		d, err := review.Golden(fixture.Path("golden/"+name+"/systemd"), buildExample(t, name), update)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if d != "" {
-			t.Errorf("%s: the systemd tree differs from golden/%s/systemd (KCOMPILE_UPDATE=1 go test ./targets/systemd rewrites it):\n%s", name, name, d)
-		}
-	}
 }
 
 func TestBuildsAreByteIdentical(t *testing.T) {
@@ -66,7 +50,7 @@ func BenchmarkBuildLarge(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if _, err := targets.Write(dir+"/out", tree, targets.WriteOptions{}); err != nil {
+		if _, err := writer.Write(dir+"/out", tree, writer.Options{}); err != nil {
 			b.Fatal(err)
 		}
 		build += nowSeconds() - start
@@ -81,7 +65,7 @@ func BenchmarkBuildLarge(b *testing.B) {
 		for _, f := range tree.Files() {
 			plain.Add(f.Path, f.Data, f.Mode)
 		}
-		if _, err := targets.Write(dir+"/plain", plain, targets.WriteOptions{}); err != nil {
+		if _, err := writer.Write(dir+"/plain", plain, writer.Options{}); err != nil {
 			b.Fatal(err)
 		}
 		floor += nowSeconds() - start

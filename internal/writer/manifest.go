@@ -1,4 +1,4 @@
-package targets
+package writer
 
 import (
 	"bytes"
@@ -20,12 +20,14 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+
+	"github.com/kcompile/kcompile/targets"
 )
 
 // ManifestName is the file Write puts at the root of every tree it
 // writes: the record of what kcompile wrote there, so that a later build
 // replaces only a tree that is provably its own and unchanged. It is not
-// part of the Tree, so golden files and diffs never see it.
+// part of the targets.Tree, so golden files and diffs never see it.
 const ManifestName = ".kcompile-manifest.json"
 
 // manifestMode keeps the manifest private: it holds digests of private
@@ -54,7 +56,7 @@ const macPrefix = "hmac-sha256:"
 
 // encodeManifest records files, which are sorted, one per line so that
 // two manifests diff well, and with a key their MAC on the last line.
-func encodeManifest(version string, files []File, key []byte) []byte {
+func encodeManifest(version string, files []targets.File, key []byte) []byte {
 	m := manifest{Version: version, Files: make([]manifestFile, len(files))}
 	for i, f := range files {
 		sum := sha256.Sum256(f.Data)

@@ -1,4 +1,8 @@
-package targets
+// Package writer writes a target's tree to a directory the way kcompile
+// owns output: atomically (a temporary tree renamed into place), locked
+// against a concurrent writer, with a manifest bound to the secrets
+// bundle, and never over a byte kcompile did not write.
+package writer
 
 import (
 	"errors"
@@ -7,10 +11,12 @@ import (
 	"os"
 	"path/filepath"
 	"syscall"
+
+	"github.com/kcompile/kcompile/targets"
 )
 
-// WriteOptions are what the caller of Write decides.
-type WriteOptions struct {
+// Options are what the caller of Write decides.
+type Options struct {
 	// Version is the kcompile version recorded in the manifest.
 	Version string
 	// Replace writes even over what kcompile cannot prove it wrote. Even
@@ -28,8 +34,8 @@ type WriteOptions struct {
 	Key []byte
 }
 
-// WriteResult says what Write did besides writing the tree.
-type WriteResult struct {
+// Result says what Write did besides writing the tree.
+type Result struct {
 	// MovedAside is where the previous entry at dir now lives when it
 	// was not provably kcompile's own and so was kept; "" otherwise.
 	MovedAside string
@@ -54,7 +60,7 @@ func (e *LockedError) Error() string {
 // *ForeignError before a byte is written, unless opts.Replace moves it
 // aside. Writes into one parent directory are serialised by a lock on it;
 // the loser gets a *LockedError.
-func Write(dir string, t *Tree, opts WriteOptions) (res WriteResult, err error) {
+func Write(dir string, t *targets.Tree, opts Options) (res Result, err error) {
 	dir = filepath.Clean(dir)
 	if _, clash := t.Get(ManifestName); clash {
 		return res, fmt.Errorf("kcompile bug: a tree holds %s", ManifestName)
@@ -113,7 +119,7 @@ func Write(dir string, t *Tree, opts WriteOptions) (res WriteResult, err error) 
 // writeTemp writes the tree and its manifest into a new hidden sibling
 // of the destination and flushes it to disk. On any error it removes the
 // directory it made, and nothing else.
-func writeTemp(parent, base string, t *Tree, version string, key []byte) (_ string, err error) {
+func writeTemp(parent, base string, t *targets.Tree, version string, key []byte) (_ string, err error) {
 	// tmp is not the named result: every error path returns "", which a
 	// cleanup reading the result would see, leaving a partial tree in
 	// parent.
