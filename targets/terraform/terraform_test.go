@@ -1,4 +1,4 @@
-package terraform
+package terraform_test
 
 import (
 	"bytes"
@@ -9,17 +9,15 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/kcompile/kcompile/compiler/diag"
-	"github.com/kcompile/kcompile/internal/fixture"
-	"github.com/kcompile/kcompile/layout"
-	"github.com/kcompile/kcompile/targets/systemd"
+	"time"
 
 	"github.com/kcompile/kcompile/compiler/pki"
+	"github.com/kcompile/kcompile/internal/fixture"
 	"github.com/kcompile/kcompile/internal/writer"
+	"github.com/kcompile/kcompile/layout"
+	"github.com/kcompile/kcompile/pipeline"
 	"github.com/kcompile/kcompile/targets"
-	"github.com/kcompile/kcompile/targets/cloudinit"
-	"github.com/kcompile/kcompile/targets/ignition"
+	"github.com/kcompile/kcompile/targets/terraform"
 )
 
 // externalBoot turns examples/external-etcd into a spec this target
@@ -46,39 +44,35 @@ func compile(t *testing.T, name, extra string) *pki.Material {
 	return fixture.Material(t, name, files)
 }
 
-// build builds the module as the pipeline does: systemd, cloud-init and
-// Ignition, then the module around them; it returns the module and its
-// diagnostics.
-func build(t *testing.T, m *pki.Material) (*targets.Tree, diag.List) {
+// build builds an example's module through the pipeline, as kcompile
+// build --target terraform does, with the cloud-init and Ignition trees
+// it serves, and returns the pipeline's output.
+func build(t *testing.T, name, extra string) *pipeline.Output {
 	t.Helper()
-	sd, err := systemd.Build(m, systemd.Options{})
+	src := pipeline.Source{Dir: fixture.Path("examples/" + name)}
+	if extra != "" {
+		src.Overlay = map[string][]byte{"zz_extra.cue": []byte("package cluster\n" + extra)}
+	}
+	out, err := pipeline.Run(pipeline.Input{Source: src, Bundle: fixture.Bundle(t), Now: now,
+		Targets: []pipeline.Target{pipeline.Terraform, pipeline.CloudInit, pipeline.Ignition}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ign, _, err := ignition.Build(m, sd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tree, diags, err := Build(m, cloudInit(t, m), ign)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tree, diags
+	return out
 }
 
-// cloudInit is the cloud-init tree the module serves.
-func cloudInit(t *testing.T, m *pki.Material) *targets.Tree {
+// module is the Terraform module of a build that succeeded.
+func module(t *testing.T, out *pipeline.Output) *targets.Tree {
 	t.Helper()
-	sd, err := systemd.Build(m, systemd.Options{})
-	if err != nil {
-		t.Fatal(err)
+	tree, ok := out.Trees[pipeline.Terraform]
+	if !ok {
+		t.Fatalf("no module: %v", out.Diagnostics)
 	}
-	ci, _, err := cloudinit.Build(m, sd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ci
+	return tree
 }
+
+// now is the clock the bundle's CAs are checked with.
+var now = time.Date(2026, 6, 1, 0, 0, 0, 0, time.UTC)
 
 // console evaluates expr with tofu console in dir and decodes the JSON
 // it encodes into v; base64 keeps the console's own quoting out of it.
@@ -148,8 +142,8 @@ func tofu(t *testing.T, dir string, env []string, stdin string, args ...string) 
 // finds nothing to change.
 func TestModuleValidates(t *testing.T) {
 	env := tofuEnv(t)
-	for _, m := range []*pki.Material{compile(t, "ha-stacked", ""), compile(t, "external-etcd", externalBoot), compile(t, "flatcar", ""), compile(t, "ha-stacked", mixed)} {
-		tree, _ := build(t, m)
+	for _, ex := range [][2]string{{"ha-stacked", ""}, {"external-etcd", externalBoot}, {"flatcar", ""}, {"ha-stacked", mixed}} {
+		tree := module(t, build(t, ex[0], ex[1]))
 		dir := filepath.Join(t.TempDir(), "terraform")
 		if _, err := writer.Write(dir, tree, writer.Options{}); err != nil {
 			t.Fatal(err)
@@ -166,8 +160,8 @@ func TestModuleValidates(t *testing.T) {
 // in kernel arguments; FuzzHCL and TestQuoteRoundTrip try the rest), and
 // the seed argument.
 func TestModuleValues(t *testing.T) {
-	m := compile(t, "external-etcd", externalBoot)
-	tree, _ := build(t, m)
+	out := build(t, "external-etcd", externalBoot)
+	tree := module(t, out)
 	dir := filepath.Join(t.TempDir(), "terraform")
 	if _, err := writer.Write(dir, tree, writer.Options{}); err != nil {
 		t.Fatal(err)
@@ -209,13 +203,13 @@ func TestModuleValues(t *testing.T) {
 	if want := "ds=nocloud-net;s=https://matchbox.example.com:8443/generic?mac=${mac:hexhyp}&file=%s"; got.Seed != want {
 		t.Errorf("seed %q, want %q", got.Seed, want)
 	}
-	if got.Nocloud != nocloudTemplate {
-		t.Errorf("nocloud template %q, want %q", got.Nocloud, nocloudTemplate)
+	if got.Nocloud != terraform.NocloudTemplate {
+		t.Errorf("nocloud template %q, want %q", got.Nocloud, terraform.NocloudTemplate)
 	}
-	if len(got.Nodes) != len(m.Cluster.Nodes) {
-		t.Errorf("%d nodes in the module, %d in the cluster", len(got.Nodes), len(m.Cluster.Nodes))
+	if len(got.Nodes) != len(out.Cluster.Nodes) {
+		t.Errorf("%d nodes in the module, %d in the cluster", len(got.Nodes), len(out.Cluster.Nodes))
 	}
-	for _, n := range m.Cluster.Nodes {
+	for _, n := range out.Cluster.Nodes {
 		g := got.Nodes[n.Name]
 		if g["mac"] != n.MAC || g["role"] != string(n.Role) || g["address"] != n.Address().String() {
 			t.Errorf("node %s: %v", n.Name, g)
@@ -230,19 +224,18 @@ func TestQuoteRoundTrip(t *testing.T) {
 	in := []string{"", `a"b`, `back\slash`, "line\nfeed\r\ttab", "${x}", "$${x}", "$$${x}", "%{if}", "%%{x}",
 		"$", "%", "${", "%{", "end$", "end%", "}", "# x", "// x", "/* x", "<<EOF\nx\nEOF", "unicode ünï €",
 		"ctl\x00\x01\x1b[31m\x1f\x7f", "\u00a0\u200b\u2028\ufeff\U0001f600", "{{.user_data}}"}
-	var v values
-	list := v.list(in)
-	if v.bad != nil {
-		t.Fatalf("%q refused", *v.bad)
+	list, bad := terraform.QuoteList(in)
+	if bad != nil {
+		t.Fatalf("%q refused", *bad)
 	}
 	var got []string
-	console(t, t.TempDir(), tofuEnv(t), string(list.Bytes()), &got)
+	console(t, t.TempDir(), tofuEnv(t), string(list), &got)
 	if len(got) != len(in) {
 		t.Fatalf("got %q", got)
 	}
 	for i := range in {
 		if got[i] != in[i] {
-			t.Errorf("%q came back as %q (written %s)", in[i], got[i], v.str(in[i]).Bytes())
+			t.Errorf("%q came back as %q (the list written: %s)", in[i], got[i], list)
 		}
 	}
 }
@@ -250,9 +243,8 @@ func TestQuoteRoundTrip(t *testing.T) {
 // TestNodeFilesAreTheCloudInitTarget: the module serves exactly what the
 // cloudinit target builds, and keeps it private.
 func TestNodeFilesAreTheCloudInitTarget(t *testing.T) {
-	m := compile(t, "ha-stacked", "")
-	tree, _ := build(t, m)
-	ci := cloudInit(t, m)
+	out := build(t, "ha-stacked", "")
+	tree, ci := module(t, out), out.Trees[pipeline.CloudInit]
 	n := 0
 	for _, f := range tree.Files() {
 		if !strings.HasPrefix(f.Path, "nodes/") {
@@ -267,7 +259,7 @@ func TestNodeFilesAreTheCloudInitTarget(t *testing.T) {
 			t.Errorf("%s has mode %o, want 600", f.Path, f.Mode)
 		}
 	}
-	if want := 3 * len(m.Cluster.Nodes); n != want {
+	if want := 3 * len(out.Cluster.Nodes); n != want {
 		t.Errorf("%d node files, want %d", n, want)
 	}
 }
@@ -275,33 +267,33 @@ func TestNodeFilesAreTheCloudInitTarget(t *testing.T) {
 func TestCheck(t *testing.T) {
 	// single-node has no boot section.
 	c := compile(t, "single-node", "").Cluster
-	d := Check(c)
-	if len(d) != 1 || d[0].Code != CodeNoBoot || !d[0].Primary().IsValid() {
+	d := terraform.Check(c)
+	if len(d) != 1 || d[0].Code != terraform.CodeNoBoot || !d[0].Primary().IsValid() {
 		t.Errorf("single-node: %v", d)
 	}
 	// A pool without macs is one diagnostic at the pool.
 	c = compile(t, "external-etcd", "boot: {matchboxURL: \"http://m:8080\", kernel: \"/assets/k\"}\n").Cluster
-	d = Check(c)
-	if len(d) != 1 || d[0].Code != CodeNoMAC || d[0].Path != "workers.pools.compute" ||
+	d = terraform.Check(c)
+	if len(d) != 1 || d[0].Code != terraform.CodeNoMAC || d[0].Path != "workers.pools.compute" ||
 		!strings.Contains(d[0].Message, "4 nodes (compute-1, compute-2, compute-3, compute-4)") || d[0].Primary().File == "" {
 		t.Errorf("external-etcd without pool macs: %v", d)
 	}
 	c = compile(t, "external-etcd", externalBoot).Cluster
-	if d := Check(c); len(d) != 0 {
+	if d := terraform.Check(c); len(d) != 0 {
 		t.Errorf("a complete spec: %v", d)
 	}
-	if tree, diags := build(t, compile(t, "single-node", "")); tree != nil || !diags.HasErrors() {
+	if out := build(t, "single-node", ""); out.Trees[pipeline.Terraform] != nil || !out.Diagnostics.HasErrors() {
 		t.Error("Build built a module for a spec without boot")
 	}
 	// Debian and Flatcar nodes, neither with a kernel of its own: one
 	// kernel for both is an error at boot.kernel; one family with its
 	// own kernel is enough.
 	c = compile(t, "ha-stacked", `workers: pools: general: os: "flatcar"`+"\n").Cluster
-	if d := Check(c); len(d) != 1 || d[0].Code != CodeOSKernel || d[0].Path != "boot.kernel" || !d[0].Primary().IsValid() ||
+	if d := terraform.Check(c); len(d) != 1 || d[0].Code != terraform.CodeOSKernel || d[0].Path != "boot.kernel" || !d[0].Primary().IsValid() ||
 		!strings.Contains(d[0].Message, "debian and flatcar") {
 		t.Errorf("two families, one kernel: %v", d)
 	}
-	if d := Check(compile(t, "ha-stacked", mixed).Cluster); len(d) != 0 {
+	if d := terraform.Check(compile(t, "ha-stacked", mixed).Cluster); len(d) != 0 {
 		t.Errorf("a kernel for Flatcar: %v", d)
 	}
 }
@@ -319,25 +311,25 @@ func TestConfigTooLarge(t *testing.T) {
 		{"flatcar", "w2", "config.ign", "workers.pools.edge"},
 		{"ha-stacked", "cp2", "user-data", "controlPlane.nodes.cp2"},
 	} {
-		m := compile(t, tc.example, "")
-		tree, diags := build(t, m)
-		if len(diags) > 0 {
-			t.Fatalf("%s: %v", tc.example, diags)
+		out := build(t, tc.example, "")
+		tree := module(t, out)
+		if out.Diagnostics.HasErrors() {
+			t.Fatalf("%s: %v", tc.example, out.Diagnostics)
 		}
-		if d := CheckSizes(m.Cluster, tree); len(d) > 0 {
+		if d := terraform.CheckSizes(out.Cluster, tree); len(d) > 0 {
 			t.Fatalf("%s: %v", tc.example, d)
 		}
 		big := targets.NewTree()
 		for _, f := range tree.Files() {
 			if f.Path == layout.NodeTree(tc.node, tc.file) {
-				f.Data = bytes.Repeat([]byte("x"), MaxConfigBytes+1)
+				f.Data = bytes.Repeat([]byte("x"), terraform.MaxConfigBytes+1)
 			}
 			if err := big.Add(f.Path, f.Data, f.Mode); err != nil {
 				t.Fatal(err)
 			}
 		}
-		d := CheckSizes(m.Cluster, big)
-		if len(d) != 1 || d[0].Code != CodeTooLarge || d[0].Path != tc.path || len(d[0].Positions) != 1 || !strings.Contains(d[0].Message, "node "+tc.node+" ") {
+		d := terraform.CheckSizes(out.Cluster, big)
+		if len(d) != 1 || d[0].Code != terraform.CodeTooLarge || d[0].Path != tc.path || len(d[0].Positions) != 1 || !strings.Contains(d[0].Message, "node "+tc.node+" ") {
 			t.Errorf("%s: %v", tc.example, d)
 		}
 	}
