@@ -21,6 +21,13 @@ import (
 // flannelNamespace is where flannel's kube-flannel.yml puts its objects.
 const flannelNamespace = "kube-flannel"
 
+// The programs the flannel images hold, where the DaemonSet runs them:
+// up's stand-in images (runtimes/nspawn/images) put theirs there too.
+const (
+	FlanneldProgram  = "/opt/bin/flanneld"
+	FlannelCNIPlugin = "/flannel"
+)
+
 // flannelCNIPluginTags pairs flannel releases with the flannel-cni-plugin
 // image their kube-flannel.yml installs: each entry holds from its flannel
 // version up to the next entry's. Taken from Documentation/kube-flannel.yml
@@ -260,13 +267,13 @@ func flannelManifests(c *ir.Cluster) []runtime.Object {
 							Name:         "install-cni-plugin",
 							Image:        pluginImage,
 							Command:      []string{"cp"},
-							Args:         []string{"-f", "/flannel", layout.Abs(layout.CNIBinDir) + "/flannel"},
+							Args:         []string{"-f", FlannelCNIPlugin, layout.Abs(layout.CNIBinDir) + "/flannel"},
 							VolumeMounts: []corev1.VolumeMount{{Name: "cni-plugin", MountPath: layout.Abs(layout.CNIBinDir)}},
 						}},
 						Containers: []corev1.Container{{
 							Name:    "kube-flannel",
 							Image:   image,
-							Command: []string{"/opt/bin/flanneld"},
+							Command: []string{FlanneldProgram},
 							// The interface holding the node's address (the
 							// kubelet's --node-ip), not the one of the default
 							// route, which a node may not have or which may

@@ -174,14 +174,14 @@ func recipes() map[string]recipe {
 		"ghcr.io/flannel-io/flannel": {
 			program: "flanneld", title: "flannel", field: "network.cni.version",
 			files: func(dir string) []File {
-				return []File{prog("flanneld", "/opt/bin/flanneld")(dir), prog("iptables-root", "/")(dir)}
+				return []File{prog("flanneld", systemd.FlanneldProgram)(dir), prog("iptables-root", "/")(dir)}
 			},
-			entrypoint: []string{"/opt/bin/flanneld"},
+			entrypoint: []string{systemd.FlanneldProgram},
 		},
 		// The init container runs `cp -f /flannel /opt/cni/bin/flannel`.
 		"ghcr.io/flannel-io/flannel-cni-plugin": {
 			files: func(dir string) []File {
-				return []File{prog("flannel", "/flannel")(dir), prog("cp", "/bin/cp")(dir)}
+				return []File{prog("flannel", systemd.FlannelCNIPlugin)(dir), prog("cp", "/bin/cp")(dir)}
 			},
 			standIn: true,
 		},
