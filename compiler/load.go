@@ -325,7 +325,7 @@ func importProblems(code, what string, err error) (diag.List, error) {
 		hint := fmt.Sprintf("a %s imports the standard library by name (such as \"strings\", \"list\" or \"net\"); another package needs a CUE module", what)
 		best, dist := "", 3
 		for _, std := range stdlib {
-			if d := editDistance(name, std); d < dist {
+			if d := diag.Distance(name, std); d < dist {
 				best, dist = std, d
 			}
 		}

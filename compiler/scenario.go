@@ -531,7 +531,7 @@ func nameHint(kinds, wrong string, names []string) string {
 	}
 	best, bestDist := "", 3
 	for _, n := range names {
-		if d := editDistance(strings.ToLower(n), strings.ToLower(wrong)); wrong != "" && d < bestDist {
+		if d := diag.Distance(strings.ToLower(n), strings.ToLower(wrong)); wrong != "" && d < bestDist {
 			best, bestDist = n, d
 		}
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/kcompile/kcompile/compiler/ir"
 	"github.com/kcompile/kcompile/compiler/pki"
 	"github.com/kcompile/kcompile/layout"
+	"github.com/kcompile/kcompile/pipeline/issue"
 	"github.com/kcompile/kcompile/targets"
 	"github.com/kcompile/kcompile/targets/cloudinit"
 	"github.com/kcompile/kcompile/targets/ignition"
@@ -126,33 +127,32 @@ type Output struct {
 // artifact that does not verify).
 func Run(in Input) (*Output, error) {
 	out := &Output{Trees: map[Target]*targets.Tree{}}
-	in.stage("compiling %s", in.Source.Dir)
-	c, diags, waivers := compiler.CompileWaivers(in.Source)
-	out.Waivers = waivers
-	if in.Findings {
-		diags, out.Findings = findings(diags, len(in.Source.Policies) > 0)
+	front := issue.Input{
+		Source:   in.Source,
+		Bundle:   in.Bundle,
+		Now:      in.Now,
+		Issue:    in.Issue || len(in.Targets) > 0,
+		Scenario: in.Scenario,
+		Stage:    in.stage,
 	}
-	if c == nil {
+	if in.Findings {
+		front.Split = func(diags diag.List) diag.List {
+			own, found := findings(diags, len(in.Source.Policies) > 0)
+			out.Findings = found
+			return own
+		}
+	}
+	r, err := issue.Run(front)
+	if err != nil {
+		return nil, err
+	}
+	out.Cluster, out.Material, out.Waivers, out.Scenario = r.Cluster, r.Material, r.Waivers, r.Scenario
+	diags := r.Diagnostics
+	if r.Material == nil {
 		out.Diagnostics = diags
 		return out, nil
 	}
-	out.Cluster = c
-	if in.Scenario != "" {
-		var d diag.List
-		out.Scenario, d = compiler.LoadScenario(in.Scenario, c)
-		diags = append(diags, d...)
-	}
-	diags = append(diags, pki.Check(c, in.Bundle, in.Now)...)
-	if diags.HasErrors() || in.Bundle == nil || !in.Issue && len(in.Targets) == 0 {
-		out.Diagnostics = diags.Sorted()
-		return out, nil
-	}
-	in.stage("issuing the PKI of %d nodes", len(c.Nodes))
-	m, err := issue(c, in.Bundle, nil)
-	if err != nil {
-		return nil, fmt.Errorf("kcompile bug: %w", err)
-	}
-	out.Material = m
+	c, m := r.Cluster, r.Material
 	want := map[Target]bool{}
 	for _, t := range in.Targets {
 		want[t] = true
@@ -216,7 +216,7 @@ type Placement struct {
 // the same stages as Run's, so that what a runtime runs is what the
 // systemd target builds.
 func Place(c *ir.Cluster, b *pki.Bundle, p Placement) (*pki.Material, *targets.Tree, error) {
-	m, err := issue(c, b, p.Certs)
+	m, err := issue.Material(c, b, p.Certs)
 	if err != nil {
 		return nil, nil, fmt.Errorf("kcompile bug: %w", err)
 	}
@@ -225,21 +225,6 @@ func Place(c *ir.Cluster, b *pki.Bundle, p Placement) (*pki.Material, *targets.T
 		return nil, nil, fmt.Errorf("kcompile bug: the %s target: %w", Systemd, err)
 	}
 	return m, tree, nil
-}
-
-// issue issues the certificates of c's catalogue that keep keeps (all
-// when keep is nil).
-func issue(c *ir.Cluster, b *pki.Bundle, keep func(pki.Cert) bool) (*pki.Material, error) {
-	if keep == nil {
-		return pki.Issue(c, b)
-	}
-	var certs []pki.Cert
-	for _, cert := range pki.Catalogue(c) {
-		if keep(cert) {
-			certs = append(certs, cert)
-		}
-	}
-	return pki.IssueCerts(c, b, certs)
 }
 
 // findings parts the diagnostics of a compile with policies into the

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
-	"sort"
 	"strings"
 	"text/tabwriter"
 
@@ -34,6 +33,8 @@ type explained struct {
 	Line   int             `json:"line,omitempty"`
 	Column int             `json:"column,omitempty"`
 	From   string          `json:"from,omitempty"`
+	// origin is the same, for the text listing.
+	origin ir.Origin
 }
 
 func (explainCmd) Help() string {
@@ -71,15 +72,15 @@ func (c *explainCmd) Run(e *env) error {
 	}
 	var rows []explained
 	for _, s := range cluster.Settings {
-		if c.Path != "" && !under(s.Path, c.Path) {
+		if c.Path != "" && !ir.Below(s.Path, c.Path) {
 			continue
 		}
 		o := s.Origin
 		o.Pos.File = relative(e.cwd, o.Pos.File)
-		rows = append(rows, explained{Path: s.Path, Value: jsonValue(s.Value), Origin: string(o.Kind), File: o.Pos.File, Line: o.Pos.Line, Column: o.Pos.Column, From: o.From})
+		rows = append(rows, explained{Path: s.Path, Value: jsonValue(s.Value), Origin: string(o.Kind), File: o.Pos.File, Line: o.Pos.Line, Column: o.Pos.Column, From: o.From, origin: o})
 	}
 	if len(rows) == 0 {
-		return statusError{code: exitProblems, msg: fmt.Sprintf("no value at %s%s", diag.Printable(c.Path, maxShown), diag.Printable(suggestPaths(cluster.Settings, c.Path), maxShown*10))}
+		return statusError{code: exitProblems, msg: fmt.Sprintf("no value at %s%s", diag.Printable(c.Path, maxShown), diag.Printable(knownPaths(cluster.Settings, c.Path), maxShown*10))}
 	}
 	if c.Output == "json" {
 		return diag.EncodeJSON(e.stdout, rows)
@@ -88,7 +89,7 @@ func (c *explainCmd) Run(e *env) error {
 	for _, r := range rows {
 		// Paths and values are the spec's text: escaped, and a long
 		// value cut with its length shown.
-		fmt.Fprintf(tw, "%s\t%s\t%s\n", diag.Printable(r.Path, maxShown), diag.Printable(string(r.Value), maxShown), diag.Printable(describeOrigin(r), maxShown))
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", diag.Printable(r.Path, maxShown), diag.Printable(string(r.Value), maxShown), diag.Printable(r.origin.String(), maxShown))
 	}
 	return tw.Flush()
 }
@@ -121,66 +122,10 @@ func jsonValue(v string) json.RawMessage {
 // maxShown bounds one value in a listing.
 const maxShown = 200
 
-func describeOrigin(r explained) string {
-	pos := r.File
-	if r.Line > 0 {
-		pos = fmt.Sprintf("%s:%d:%d", r.File, r.Line, r.Column)
-	}
-	switch ir.OriginKind(r.Origin) {
-	case ir.FromSpec:
-		return "spec " + pos
-	case ir.FromDefault:
-		return "schema default " + pos
-	}
-	if pos != "" {
-		return fmt.Sprintf("derived from %s, %s", r.From, pos)
-	}
-	return "derived from " + r.From
-}
-
-// under reports whether path is prefix or lies below it.
-func under(path, prefix string) bool {
-	if path == prefix {
-		return true
-	}
-	if !strings.HasPrefix(path, prefix) {
-		return false
-	}
-	next := path[len(prefix)]
-	return next == '.' || next == '['
-}
-
-// suggestPaths names the top-level sections, or paths that start like the
-// one asked for, so a typo is easy to fix.
-func suggestPaths(settings []ir.Setting, path string) string {
-	seen := map[string]bool{}
-	var out []string
-	parent := path
-	if i := strings.LastIndex(path, "."); i >= 0 {
-		parent = path[:i]
-	} else {
-		parent = ""
-	}
-	for _, s := range settings {
-		if parent != "" && !under(s.Path, parent) {
-			continue
-		}
-		rest := strings.TrimPrefix(s.Path, parent)
-		rest = strings.TrimPrefix(rest, ".")
-		head := rest
-		if i := strings.IndexAny(rest, ".["); i >= 0 {
-			head = rest[:i]
-		}
-		full := head
-		if parent != "" {
-			full = parent + "." + head
-		}
-		if !seen[full] {
-			seen[full] = true
-			out = append(out, full)
-		}
-	}
-	sort.Strings(out)
+// knownPaths names the paths that exist near one that matches nothing,
+// so a typo is easy to fix.
+func knownPaths(settings []ir.Setting, path string) string {
+	out := ir.Near(settings, path)
 	if len(out) > 20 {
 		out = append(out[:20], "...")
 	}

@@ -23,7 +23,7 @@ func formatOrLegacyDir(e *env, output, dir *string, dirDefault string, formats .
 	// A mistyped format must not become a directory holding every
 	// node's private keys.
 	for _, f := range formats {
-		if editDistance(strings.ToLower(*output), f) <= 2 {
+		if diag.Distance(strings.ToLower(*output), f) <= 2 {
 			return "", statusError{code: exitUsage, msg: fmt.Sprintf("-o %s is not an output format (%s); did you mean %s? (a directory is -d %s)",
 				shellWord(*output), strings.Join(formats, ", "), f, shellWord(*output))}
 		}
@@ -85,25 +85,4 @@ func shQuote(s string) string {
 		return s
 	}
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
-}
-
-// editDistance is the Levenshtein distance between two short words.
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur := make([]int, len(b)+1)
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev = cur
-	}
-	return prev[len(b)]
 }

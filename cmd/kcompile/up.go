@@ -10,7 +10,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/kcompile/kcompile/compiler/ir"
 	"github.com/kcompile/kcompile/pipeline"
 	"github.com/kcompile/kcompile/runtimes/nspawn"
 )
@@ -33,9 +32,6 @@ type downCmd struct {
 	Work string `help:"Work directory of the kcompile up to stop." placeholder:"DIR"`
 }
 
-// defaultWork is up's work directory for a cluster.
-func defaultWork(c *ir.Cluster) string { return filepath.Join("/var/lib/kcompile/up", c.Name) }
-
 func (c *upCmd) Run(e *env) error {
 	targets := []pipeline.Target{pipeline.Systemd}
 	if pipeline.Target(c.Target) == pipeline.CloudInit {
@@ -47,7 +43,7 @@ func (c *upCmd) Run(e *env) error {
 	}
 	work := c.Work
 	if work == "" {
-		work = defaultWork(out.Cluster)
+		work = nspawn.DefaultWork(out.Cluster.Name)
 	}
 	if work, err = filepath.Abs(work); err != nil {
 		return err
@@ -96,7 +92,7 @@ func (c *downCmd) Run(e *env) error {
 		if err != nil {
 			return err
 		}
-		work = defaultWork(cl)
+		work = nspawn.DefaultWork(cl.Name)
 	}
 	work, err := filepath.Abs(work)
 	if err != nil {

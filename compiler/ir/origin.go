@@ -1,6 +1,10 @@
 package ir
 
-import "fmt"
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
 
 // Pos is a position in a spec or schema file.
 type Pos struct {
@@ -46,7 +50,7 @@ func (o Origin) String() string {
 		return "schema default " + o.Pos.String()
 	}
 	if o.Pos.File != "" {
-		return fmt.Sprintf("derived from %s (%s)", o.From, o.Pos)
+		return fmt.Sprintf("derived from %s, %s", o.From, o.Pos)
 	}
 	return "derived from " + o.From
 }
@@ -59,4 +63,47 @@ type Setting struct {
 	// Value is the value as JSON: a string is quoted, a number is not.
 	Value  string
 	Origin Origin
+}
+
+// Below reports whether path is prefix or lies below it.
+func Below(path, prefix string) bool {
+	if !strings.HasPrefix(path, prefix) {
+		return false
+	}
+	if len(path) == len(prefix) {
+		return true
+	}
+	next := path[len(prefix)]
+	return next == '.' || next == '['
+}
+
+// Near names the paths one step below path's parent (the top-level
+// sections for a path of one step), sorted, so that a path that matches
+// nothing can be answered with the ones that exist.
+func Near(settings []Setting, path string) []string {
+	parent := ""
+	if i := strings.LastIndex(path, "."); i >= 0 {
+		parent = path[:i]
+	}
+	seen := map[string]bool{}
+	var out []string
+	for _, s := range settings {
+		if parent != "" && !Below(s.Path, parent) {
+			continue
+		}
+		rest := strings.TrimPrefix(strings.TrimPrefix(s.Path, parent), ".")
+		if i := strings.IndexAny(rest, ".["); i >= 0 {
+			rest = rest[:i]
+		}
+		full := rest
+		if parent != "" {
+			full = parent + "." + rest
+		}
+		if !seen[full] {
+			seen[full] = true
+			out = append(out, full)
+		}
+	}
+	slices.Sort(out)
+	return out
 }

@@ -40,6 +40,11 @@ import (
 func Targets() []pipeline.Target { return []pipeline.Target{pipeline.Systemd, pipeline.CloudInit} }
 
 // Config is one `kcompile up`.
+// DefaultWork is the work directory of the cluster named name when the
+// user names none: under /var/lib, as systemd-nspawn keeps its machines,
+// and one per cluster, so that down finds it from the spec alone.
+func DefaultWork(name string) string { return filepath.Join("/var/lib/kcompile/up", name) }
+
 type Config struct {
 	Cluster *ir.Cluster
 	// Systemd is the systemd tree; CloudInit the cloud-init tree, for
