@@ -24,6 +24,7 @@ type upCmd struct {
 	Image    string        `help:"Root file system every machine boots (Debian with systemd); default: one built once with debootstrap and cached." placeholder:"ROOTFS"`
 	Cache    string        `default:"/var/cache/kcompile" help:"Where the debootstrapped image is cached."`
 	Timeout  time.Duration `default:"10m" help:"How long the boot may take, until the addons run."`
+	Recover  bool          `help:"When an earlier up of the work directory ended without stopping its cluster (killed, or its terminal closed), remove what it left first; without it up names what it found and stops."`
 }
 
 // downCmd stops a cluster kcompile up booted.
@@ -48,7 +49,10 @@ func (c *upCmd) Run(e *env) error {
 	if work, err = filepath.Abs(work); err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// A closed terminal (SIGHUP) or SIGQUIT stops the cluster as Ctrl-C
+	// does: nothing keeps running without the process that serves its
+	// images and endpoint.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
 	defer stop()
 	// From here up tells each step on stderr itself, a line each.
 	e.progress.pause()
@@ -66,6 +70,7 @@ func (c *upCmd) Run(e *env) error {
 		Log:       e.stderr,
 		Now:       time.Now,
 		Timeout:   c.Timeout,
+		Recover:   c.Recover,
 	})
 	if err != nil {
 		return statusError{code: exitProblems, msg: err.Error()}

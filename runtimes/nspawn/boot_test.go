@@ -77,8 +77,15 @@ func compileFor(t testing.TB, dir string, target pipeline.Target) *pipeline.Outp
 // taken down when the test ends, even when it fails.
 func boot(t testing.TB, dir string, target pipeline.Target) (*Cluster, *pipeline.Output) {
 	t.Helper()
-	binaries, programs := bootInputs(t)
 	out := compileFor(t, dir, target)
+	return bootIn(t, out, target, filepath.Join(t.TempDir(), "work"), false), out
+}
+
+// bootIn brings a compiled cluster up in the work directory work, with
+// recover as up --recover; the cluster is taken down when the test ends.
+func bootIn(t testing.TB, out *pipeline.Output, target pipeline.Target, work string, recover bool) *Cluster {
+	t.Helper()
+	binaries, programs := bootInputs(t)
 	reg, problems, err := NewRegistry(out.Cluster, programs, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -86,7 +93,6 @@ func boot(t testing.TB, dir string, target pipeline.Target) (*Cluster, *pipeline
 	if len(problems) > 0 {
 		t.Fatalf("images that cannot be built: %v", problems)
 	}
-	work := filepath.Join(t.TempDir(), "work")
 	var log bytes.Buffer
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -98,10 +104,13 @@ func boot(t testing.TB, dir string, target pipeline.Target) (*Cluster, *pipeline
 	c, err := Up(ctx, Config{
 		Cluster: out.Cluster, Systemd: out.Trees[pipeline.Systemd], CloudInit: out.Trees[pipeline.CloudInit],
 		Target: target, Work: work, Cache: "/var/cache/kcompile", Binaries: binaries, Registry: reg,
-		Version: "test", Log: &log, Now: time.Now,
+		Version: "test", Log: &log, Now: time.Now, Recover: recover,
 	})
 	if err != nil {
 		t.Fatalf("up: %v", err)
+	}
+	if recover && !strings.Contains(log.String(), "ended without stopping it; removing what it left (machines still running") {
+		t.Errorf("up --recover does not say what it removed:\n%s", log.String())
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -118,7 +127,7 @@ func boot(t testing.TB, dir string, target pipeline.Target) (*Cluster, *pipeline
 		}
 		assertNothingLeft(t, c.p, work)
 	})
-	return c, out
+	return c
 }
 
 func tail(b []byte, n int) []byte {
@@ -347,8 +356,15 @@ func pemBody(der []byte) []byte {
 	return b.Bytes()
 }
 
+// TestUpSingleNode boots examples/single-node after what users do to an
+// up first (TestUpCrash's kill -9 and --recover), and checks the node's
+// certificates, a workload and a Service through kube-proxy.
 func TestUpSingleNode(t *testing.T) {
-	c, out := boot(t, fixture.Path("examples/single-node"), pipeline.Systemd)
+	spec := fixture.Path("examples/single-node")
+	out := compileFor(t, spec, pipeline.Systemd)
+	work := filepath.Join(t.TempDir(), "work")
+	crash(t, out, spec, work)
+	c := bootIn(t, out, pipeline.Systemd, work, true)
 	checkNodesOwnCertificates(t, c, out.Trees[pipeline.Systemd])
 	k := admin(t, c)
 	runWorkload(t, k, []string{"box"})

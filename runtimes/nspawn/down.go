@@ -14,9 +14,9 @@ import (
 
 // Down stops the cluster whose journal is in the work directory work:
 // it asks a running `kcompile up` to stop, and then (or when up is gone,
-// after a crash) halts what machines remain and removes every namespace,
-// device and directory the journal lists, in the reverse order they were
-// made, and nothing else.
+// after a crash) takes the work directory's lock, halts what machines
+// remain and removes every namespace, device and directory the journal
+// lists, in the reverse order they were made, and nothing else.
 func Down(ctx context.Context, work string, log io.Writer) error {
 	s, err := ReadState(work)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -40,21 +40,37 @@ func Down(ctx context.Context, work string, log io.Writer) error {
 			case <-time.After(200 * time.Millisecond):
 			}
 		}
-		s, err = ReadState(work)
-		if errors.Is(err, fs.ErrNotExist) {
+		if _, err := ReadState(work); errors.Is(err, fs.ErrNotExist) {
+			// It removed everything itself.
 			return nil
 		}
-		if err != nil {
-			return err
-		}
 	}
-	j := &journal{path: filepath.Join(work, StateName), state: *s}
-	return undo(ctx, j, log)
+	l, err := lockWork(work)
+	if err != nil {
+		return err
+	}
+	// The journal again, under the lock: another down may have removed
+	// it meanwhile.
+	s, err = ReadState(work)
+	if errors.Is(err, fs.ErrNotExist) {
+		l.release(true)
+		return nil
+	}
+	if err != nil {
+		l.release(false)
+		return err
+	}
+	own, err := undo(ctx, &journal{path: filepath.Join(work, StateName), state: *s}, log)
+	l.created = l.created || own && err == nil
+	l.release(true)
+	return err
 }
 
 // undo removes what a journal lists, last first, forgetting each entry
-// once it is gone; the journal itself goes last.
-func undo(ctx context.Context, j *journal, log io.Writer) error {
+// once it is gone, then the journal itself. The work directory, when the
+// journal lists it (own), is emptied but for the lock file: the lock's
+// release removes both, in order with the next run.
+func undo(ctx context.Context, j *journal, log io.Writer) (own bool, err error) {
 	// Machines first: their namespaces and mounts hang on them.
 	for _, r := range j.state.Resources {
 		if r.Kind != KindProcess || !r.alive() {
@@ -74,13 +90,13 @@ func undo(ctx context.Context, j *journal, log io.Writer) error {
 		for r.alive() {
 			select {
 			case <-ctx.Done():
-				return fmt.Errorf("machine %s (pid %d) does not stop: %w", r.Name, r.PID, ctx.Err())
+				return false, fmt.Errorf("machine %s (pid %d) does not stop: %w", r.Name, r.PID, ctx.Err())
 			case <-time.After(200 * time.Millisecond):
 			}
 		}
 	}
+	work := filepath.Dir(j.path)
 	var errs []error
-	own := ""
 	for i := len(j.state.Resources) - 1; i >= 0; i-- {
 		r := j.state.Resources[i]
 		var err error
@@ -90,9 +106,8 @@ func undo(ctx context.Context, j *journal, log io.Writer) error {
 		case KindLink:
 			err = deleteLink(r.Name)
 		case KindDir:
-			if r.Name == filepath.Dir(j.path) {
-				// The work directory itself: last, with the journal.
-				own = r.Name
+			if r.Name == work {
+				own = true
 				continue
 			}
 			err = removeDir(r.Name)
@@ -101,13 +116,29 @@ func undo(ctx context.Context, j *journal, log io.Writer) error {
 			errs = append(errs, err)
 		}
 	}
+	if own {
+		entries, err := os.ReadDir(work)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, err)
+		}
+		for _, e := range entries {
+			if e.Name() == LockName || e.Name() == StateName {
+				continue
+			}
+			if err := removeDir(filepath.Join(work, e.Name())); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
 	if len(errs) > 0 {
-		return fmt.Errorf("down: %w; the journal %s still lists what is left", errors.Join(errs...), j.path)
+		return own, fmt.Errorf("down: %w; the journal %s still lists what is left", errors.Join(errs...), j.path)
 	}
-	if own != "" {
-		return removeDir(own)
+	for _, f := range []string{j.path + ".tmp", j.path} {
+		if err := os.Remove(f); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return own, err
+		}
 	}
-	return os.Remove(j.path)
+	return own, nil
 }
 
 // removeDir removes a directory of up's, refusing to follow a mount: a

@@ -1,6 +1,7 @@
 package nspawn
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -76,7 +77,7 @@ func aptMirror() string {
 // ensureImage returns the cached base image under cache, building it
 // with debootstrap the first time (into a temporary directory, renamed
 // into place when complete). log receives debootstrap's output.
-func ensureImage(cache string, now time.Time, log io.Writer, logf func(string, ...any)) (string, error) {
+func ensureImage(ctx context.Context, cache string, now time.Time, log io.Writer, logf func(string, ...any)) (string, error) {
 	mirror := aptMirror()
 	dir := filepath.Join(cache, "images", imageKey(mirror))
 	if _, err := os.Stat(filepath.Join(dir, layout.OSRelease)); err == nil {
@@ -101,9 +102,12 @@ func ensureImage(cache string, now time.Time, log io.Writer, logf func(string, .
 		_ = removeDir(tmp)
 	}()
 	logf("building the base image %s with debootstrap from %s (once; cached)", filepath.Base(dir), mirror)
-	cmd := exec.Command("debootstrap", "--variant=minbase", "--include="+strings.Join(imagePackages, ","), imageSuite, tmp, mirror)
+	cmd := buildCommand(ctx, "debootstrap", "--variant=minbase", "--include="+strings.Join(imagePackages, ","), imageSuite, tmp, mirror)
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Run(); err != nil {
+		if ctx.Err() != nil {
+			return "", fmt.Errorf("building the base image: %w; the partial image was removed", ctx.Err())
+		}
 		return "", fmt.Errorf("debootstrap: %v (its output is above)", err)
 	}
 	for _, args := range [][]string{
@@ -111,10 +115,13 @@ func ensureImage(cache string, now time.Time, log io.Writer, logf func(string, .
 		append([]string{"apt-get", "install", "-y", "-q", "--no-install-recommends"}, chrootPackages...),
 		{"apt-get", "clean"},
 	} {
-		cmd := exec.Command("chroot", append([]string{tmp}, args...)...)
+		cmd := buildCommand(ctx, "chroot", append([]string{tmp}, args...)...)
 		cmd.Env = []string{"DEBIAN_FRONTEND=noninteractive", "PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL=C"}
 		cmd.Stdout, cmd.Stderr = log, log
 		if err := cmd.Run(); err != nil {
+			if ctx.Err() != nil {
+				return "", fmt.Errorf("building the base image: %w; the partial image was removed", ctx.Err())
+			}
 			return "", fmt.Errorf("%s in the new image: %v (its output is above)", strings.Join(args, " "), err)
 		}
 	}
@@ -129,6 +136,17 @@ func ensureImage(cache string, now time.Time, log io.Writer, logf func(string, .
 		return "", err
 	}
 	return dir, nil
+}
+
+// buildCommand is a step of the image build that ends with ctx: its
+// whole process group (debootstrap runs dpkg and more below it) is
+// killed, so that an interrupted up stops within seconds.
+func buildCommand(ctx context.Context, name string, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 2 * time.Second
+	return cmd
 }
 
 // removeStaleBuilds removes the build directories of builds that died

@@ -124,8 +124,13 @@ func TestUndoRemovesOnlyWhatTheJournalLists(t *testing.T) {
 	if _, err := os.Stat(theirs); err != nil {
 		t.Errorf("what up did not make was removed: %v", err)
 	}
-	if _, err := os.Stat(j.path); !os.IsNotExist(err) {
-		t.Errorf("the journal survived: %v", err)
+	for _, f := range []string{j.path, filepath.Join(work, LockName)} {
+		if _, err := os.Stat(f); !os.IsNotExist(err) {
+			t.Errorf("%s survived: %v", f, err)
+		}
+	}
+	if _, err := os.Stat(work); err != nil {
+		t.Errorf("the work directory up did not make was removed: %v", err)
 	}
 }
 

@@ -38,13 +38,14 @@ func NewRegistry(c *ir.Cluster, dir string, log io.Writer) (*ImageRegistry, []im
 // Images are the images served.
 func (r *ImageRegistry) Images() []images.Image { return slices.Clone(r.images) }
 
-// Serve listens on addr and serves until ctx ends.
+// Serve builds the images, listens on addr and serves until ctx ends;
+// a ctx that ends while the images are built stops the building.
 func (r *ImageRegistry) Serve(ctx context.Context, addr netip.AddrPort) error {
 	l, err := net.Listen("tcp", addr.String())
 	if err != nil {
 		return err
 	}
-	stop, err := images.Serve(l, r.images, r.log)
+	stop, err := images.Serve(ctx, l, r.images, r.log)
 	if err != nil {
 		return err
 	}

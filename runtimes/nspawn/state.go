@@ -84,8 +84,22 @@ func (j *journal) save() error {
 	if err != nil {
 		return err
 	}
+	// Synced before the rename: a power cut leaves the old journal or
+	// the new one, never a torn one.
 	tmp := j.path + ".tmp"
-	if err := os.WriteFile(tmp, append(data, '\n'), 0o600); err != nil {
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(append(data, '\n')); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
 		return err
 	}
 	return os.Rename(tmp, j.path)
@@ -180,4 +194,42 @@ func (r Resource) signal(sig syscall.Signal) {
 	if r.alive() {
 		_ = syscall.Kill(r.PID, sig)
 	}
+}
+
+// leftovers names what of a journal still exists on the host: machines
+// that run, namespaces, devices and directories.
+func (s *State) leftovers(work string) []string {
+	var machines, netns, links []string
+	dirs := 0
+	for _, r := range s.Resources {
+		switch {
+		case r.Kind == KindProcess && r.alive():
+			machines = append(machines, fmt.Sprintf("%s (pid %d)", r.Name, r.PID))
+		case r.Kind == KindNetns && netnsExists(r.Name):
+			netns = append(netns, r.Name)
+		case r.Kind == KindLink && linkExists(r.Name):
+			links = append(links, r.Name)
+		case r.Kind == KindDir:
+			if _, err := os.Lstat(r.Name); err == nil {
+				dirs++
+			}
+		}
+	}
+	var out []string
+	if len(machines) > 0 {
+		out = append(out, "machines still running: "+strings.Join(machines, ", "))
+	}
+	if len(netns) > 0 {
+		out = append(out, "network namespaces "+strings.Join(netns, ", "))
+	}
+	if len(links) > 0 {
+		out = append(out, "devices "+strings.Join(links, ", "))
+	}
+	switch {
+	case dirs == 1:
+		out = append(out, "a directory in "+work)
+	case dirs > 1:
+		out = append(out, fmt.Sprintf("%d directories in %s", dirs, work))
+	}
+	return out
 }

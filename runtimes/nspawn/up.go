@@ -39,12 +39,12 @@ import (
 // image with the node's NoCloud seed, as a network-booted machine would.
 func Targets() []pipeline.Target { return []pipeline.Target{pipeline.Systemd, pipeline.CloudInit} }
 
-// Config is one `kcompile up`.
 // DefaultWork is the work directory of the cluster named name when the
 // user names none: under /var/lib, as systemd-nspawn keeps its machines,
 // and one per cluster, so that down finds it from the spec alone.
 func DefaultWork(name string) string { return filepath.Join("/var/lib/kcompile/up", name) }
 
+// Config is one `kcompile up`.
 type Config struct {
 	Cluster *ir.Cluster
 	// Systemd is the systemd tree; CloudInit the cloud-init tree, for
@@ -74,6 +74,11 @@ type Config struct {
 	Now func() time.Time
 	// Timeout bounds the whole boot, until the addons are ready.
 	Timeout time.Duration
+	// Recover removes what an earlier up of the work directory left
+	// when it ended without stopping the cluster (killed, or its
+	// terminal closed), then boots; without it such leftovers are named
+	// and nothing is done.
+	Recover bool
 }
 
 // Registry is the image registry up serves to the machines.
@@ -101,8 +106,9 @@ type Cluster struct {
 	// binaries is the overlay layer of --binaries.
 	binaries string
 	mirror   netip.AddrPort
-	// ownWork says up made the work directory itself.
-	ownWork bool
+	// lock is the work directory's, held until Down; lock.created says
+	// the work directory is up's to remove.
+	lock *workLock
 }
 
 // Adjustments are what up applied beyond the compiled tree.
@@ -182,8 +188,20 @@ func Up(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	if err := workPathOK(cfg.Work); err != nil {
 		return nil, err
 	}
-	if prev, err := ReadState(cfg.Work); err == nil && prev.Owner.alive() {
-		return nil, fmt.Errorf("a kcompile up (pid %d) runs the cluster in %s: kcompile down --work %s stops it", prev.Owner.PID, cfg.Work, cfg.Work)
+	// The lock first: every check below sees the host as no other up of
+	// this work directory is changing it.
+	lock, err := lockWork(cfg.Work)
+	if err != nil {
+		return nil, err
+	}
+	handedOver := false
+	defer func() {
+		if !handedOver {
+			lock.release(true)
+		}
+	}()
+	if err := takeOver(ctx, cfg, lock); err != nil {
+		return nil, err
 	}
 	p, err := newPlan(cfg.Cluster, cfg.Work)
 	if err != nil {
@@ -202,7 +220,7 @@ func Up(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{cfg: cfg, p: p, events: make(chan *machine, len(p.machines)), start: cfg.Now()}
+	c := &Cluster{cfg: cfg, p: p, events: make(chan *machine, len(p.machines)), start: cfg.Now(), lock: lock}
 	mirror, mirrorAdjust, err := c.mirrorAddress()
 	if err != nil {
 		return nil, err
@@ -216,6 +234,7 @@ func Up(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		return nil, err
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
+	handedOver = true
 	defer func() {
 		if err != nil {
 			c.logf("boot failed; removing what up made")
@@ -246,51 +265,57 @@ func Up(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	return c, nil
 }
 
-// claimWork makes the work directory up's, or refuses one that is not.
+// takeOver deals with the journal an earlier up of the work directory
+// left: its owner is gone, since this run holds the lock. With
+// cfg.Recover what it left is removed; otherwise it is named and
+// nothing is done.
+func takeOver(ctx context.Context, cfg Config, lock *workLock) error {
+	prev, err := ReadState(cfg.Work)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	left := prev.leftovers(cfg.Work)
+	if !cfg.Recover {
+		what := "its journal"
+		if len(left) > 0 {
+			what = strings.Join(left, "; ")
+		}
+		return fmt.Errorf("the kcompile up (pid %d) of cluster %s in %s ended without stopping it (killed, or its terminal closed); it left %s.\n`kcompile up --recover` removes that and boots again; `kcompile down --work %s` only removes it",
+			prev.Owner.PID, prev.Cluster, cfg.Work, what, cfg.Work)
+	}
+	if cfg.Log != nil {
+		fmt.Fprintf(cfg.Log, "the kcompile up (pid %d) of cluster %s in %s ended without stopping it; removing what it left (%s)\n", prev.Owner.PID, prev.Cluster, cfg.Work, strings.Join(left, "; "))
+	}
+	own, err := undo(ctx, &journal{path: filepath.Join(cfg.Work, StateName), state: *prev}, cfg.Log)
+	if err != nil {
+		return err
+	}
+	// The work directory the earlier run made is this run's to remove.
+	lock.created = lock.created || own
+	return nil
+}
+
+// claimWork makes the work directory up's, or refuses one that holds
+// what up did not make.
 func (c *Cluster) claimWork() error {
 	work := c.cfg.Work
 	c.j = &journal{path: filepath.Join(work, StateName), state: State{Cluster: c.cfg.Cluster.Name}}
 	entries, err := os.ReadDir(work)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		if err := os.MkdirAll(work, 0o700); err != nil {
-			return err
-		}
-		c.ownWork = true
-	case err != nil:
+	if err != nil {
 		return err
-	default:
-		prev, serr := ReadState(work)
-		switch {
-		case serr == nil:
-			if prev.Owner.alive() {
-				return fmt.Errorf("a kcompile up (pid %d) runs the cluster in %s: kcompile down --work %s stops it", prev.Owner.PID, work, work)
-			}
-			c.logf("a previous kcompile up in %s did not stop; removing what it made", work)
-			if err := Down(context.Background(), work, c.cfg.Log); err != nil {
-				return err
-			}
-			entries, err = os.ReadDir(work)
-			if errors.Is(err, fs.ErrNotExist) {
-				if err := os.MkdirAll(work, 0o700); err != nil {
-					return err
-				}
-				c.ownWork = true
-				entries = nil
-			} else if err != nil {
-				return err
-			}
-		case !errors.Is(serr, fs.ErrNotExist):
-			return serr
-		}
-		if len(entries) > 0 {
+	}
+	for _, e := range entries {
+		if e.Name() != LockName {
 			return fmt.Errorf("work directory %s holds files kcompile up did not make: empty it or choose another with --work", work)
 		}
 	}
 	self := os.Getpid()
 	c.j.state.Owner = Resource{Kind: KindProcess, Name: "kcompile up", PID: self, Start: processStart(self)}
 	c.j.state.Kubeconfig = c.Kubeconfig()
-	if c.ownWork {
+	if c.lock.created {
 		if err := c.j.record(Resource{Kind: KindDir, Name: work}); err != nil {
 			return err
 		}
@@ -298,12 +323,27 @@ func (c *Cluster) claimWork() error {
 	return c.j.save()
 }
 
-// mkdir makes a directory of up's under the work directory, journalled.
+// mkdir makes a directory of up's under the work directory, each
+// missing directory on the way journalled before it is made, so that
+// down leaves no empty parent behind in a work directory up did not
+// make.
 func (c *Cluster) mkdir(dir string) error {
-	if err := c.j.record(Resource{Kind: KindDir, Name: dir}); err != nil {
-		return err
+	var missing []string
+	for d := dir; d != c.cfg.Work && d != filepath.Dir(d); d = filepath.Dir(d) {
+		if _, err := os.Lstat(d); err == nil {
+			break
+		}
+		missing = append(missing, d)
 	}
-	return os.MkdirAll(dir, 0o700)
+	for i := len(missing) - 1; i >= 0; i-- {
+		if err := c.j.record(Resource{Kind: KindDir, Name: missing[i]}); err != nil {
+			return err
+		}
+		if err := os.Mkdir(missing[i], 0o700); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // prepare writes the trees, finds the image, lays out each machine and
@@ -316,7 +356,7 @@ func (c *Cluster) prepare(ctx context.Context) error {
 	c.image = cfg.Image
 	if c.image == "" {
 		var err error
-		c.image, err = ensureImage(cfg.Cache, cfg.Now(), cfg.Log, c.logf)
+		c.image, err = ensureImage(ctx, cfg.Cache, cfg.Now(), cfg.Log, c.logf)
 		if err != nil {
 			return err
 		}
@@ -333,7 +373,15 @@ func (c *Cluster) prepare(ctx context.Context) error {
 		return err
 	}
 	if cfg.Registry != nil {
-		if err := cfg.Registry.Serve(c.ctx, c.mirror); err != nil {
+		// An interrupt while the images are built ends the building;
+		// once they serve, only Down ends them.
+		served, stopServing := context.WithCancel(c.ctx)
+		interrupted := context.AfterFunc(ctx, stopServing)
+		err := cfg.Registry.Serve(served, c.mirror)
+		if !interrupted() && err == nil {
+			return fmt.Errorf("interrupted while the images were built: %w", ctx.Err())
+		}
+		if err != nil {
 			return fmt.Errorf("image registry on %s: %v", c.mirror, err)
 		}
 		c.logf("image registry serving on %s", c.mirror)
@@ -352,11 +400,14 @@ func (c *Cluster) prepare(ctx context.Context) error {
 		c.bal = b
 	}
 	for _, m := range c.p.machines {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("interrupted while the machines were laid out: %w", err)
+		}
 		if err := c.layout(m); err != nil {
 			return err
 		}
 	}
-	return nil
+	return ctx.Err()
 }
 
 // writeTrees writes the compiled trees into the work directory: a
@@ -892,9 +943,13 @@ func (c *Cluster) Down(ctx context.Context) error {
 	}
 	c.jmu.Lock()
 	defer c.jmu.Unlock()
-	if err := undo(ctx, c.j, c.cfg.Log); err != nil {
+	own, err := undo(ctx, c.j, c.cfg.Log)
+	if err != nil {
+		c.lock.release(false)
 		return err
 	}
+	c.lock.created = c.lock.created || own
+	c.lock.release(true)
 	c.logf("down: every machine stopped, every namespace, device and file up made removed")
 	return nil
 }

@@ -3,6 +3,8 @@ package images
 import (
 	"archive/tar"
 	"bytes"
+	"context"
+	"errors"
 	"io"
 	"maps"
 	"net"
@@ -214,6 +216,31 @@ func TestPlanRefuses(t *testing.T) {
 	}
 }
 
+// TestServeStopsWhenInterrupted: an up interrupted while its images are
+// built serves nothing and frees the address at once.
+func TestServeStopsWhenInterrupted(t *testing.T) {
+	images, problems, err := Plan(singleNode(t, upSpec), fakePrograms(t))
+	if err != nil || len(problems) > 0 || len(images) == 0 {
+		t.Fatal(err, problems)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	stop, err := Serve(ctx, l, images, nil)
+	if !errors.Is(err, context.Canceled) || stop != nil {
+		t.Fatalf("an interrupted build: %v", err)
+	}
+	// The address is free again: the listener was closed.
+	again, err := net.Listen("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatalf("the listener of an interrupted build stays open: %v", err)
+	}
+	again.Close()
+}
+
 // TestServeRoundTrip: every planned image pulls by its mirrored name
 // (the repository without its registry, as a containerd mirror asks for
 // it), as a linux/amd64 OCI image whose layer holds its programs at the
@@ -228,7 +255,7 @@ func TestServeRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stop, err := Serve(l, images, nil)
+	stop, err := Serve(t.Context(), l, images, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

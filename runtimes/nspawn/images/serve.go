@@ -1,6 +1,7 @@
 package images
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -17,23 +18,26 @@ import (
 
 // Serve builds the images and serves them from a registry on l, each
 // under its Repository and Tag, until stop is called; stop closes l.
-// Requests are logged to logTo (nil: nowhere). On an error nothing is
-// served and l is closed.
-func Serve(l net.Listener, images []Image, logTo io.Writer) (stop func() error, err error) {
+// Requests are logged to logTo (nil: nowhere). On an error, or when ctx
+// ends before every image is built, nothing is served and l is closed.
+func Serve(ctx context.Context, l net.Listener, images []Image, logTo io.Writer) (stop func() error, err error) {
 	if logTo == nil {
 		logTo = io.Discard
 	}
 	h := registry.New(registry.Logger(log.New(logTo, "registry: ", log.LstdFlags)))
 	// The images are pushed through the handler itself, not the network:
 	// l may be bound to an address only the machines reach.
-	push := remote.WithTransport(handlerTransport{h})
+	push := []remote.Option{remote.WithTransport(handlerTransport{h}), remote.WithContext(ctx)}
 	for _, img := range images {
+		if err := ctx.Err(); err != nil {
+			return nil, errors.Join(fmt.Errorf("building the images: %w", err), l.Close())
+		}
 		built, err := img.Build()
 		if err == nil {
 			var tag name.Tag
 			tag, err = name.NewTag("localhost/"+img.Repository+":"+img.Tag, name.StrictValidation)
 			if err == nil {
-				err = remote.Write(tag, built, push)
+				err = remote.Write(tag, built, push...)
 			}
 		}
 		if err != nil {

@@ -1,0 +1,135 @@
+package nspawn
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// TestWorkLock: one run at a time holds a work directory; the loser is
+// told who holds it and changes nothing; the lock file and a directory
+// the holder made go when it is released.
+func TestWorkLock(t *testing.T) {
+	work := filepath.Join(t.TempDir(), "up")
+	first, err := lockWork(work)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !first.created {
+		t.Error("the run that made the work directory does not know it")
+	}
+	second, err := lockWork(work)
+	var locked *errLocked
+	if !errors.As(err, &locked) || second != nil {
+		t.Fatalf("a second run got the lock: %v", err)
+	}
+	if locked.pid != os.Getpid() || !strings.Contains(err.Error(), "pid "+strconv.Itoa(os.Getpid())) || !strings.Contains(err.Error(), "kcompile down --work "+work) {
+		t.Errorf("the refusal does not name the holder and the way out: %v", err)
+	}
+	if entries, _ := os.ReadDir(work); len(entries) != 1 || entries[0].Name() != LockName {
+		t.Errorf("the work directory holds %v, want only the lock file", entries)
+	}
+	first.release(true)
+	if _, err := os.Stat(work); !os.IsNotExist(err) {
+		t.Errorf("the work directory the holder made survived its release: %v", err)
+	}
+	again, err := lockWork(work)
+	if err != nil {
+		t.Fatalf("a released lock is not free: %v", err)
+	}
+	again.release(true)
+
+	// A work directory the user made stays, empty, after the release.
+	mine := t.TempDir()
+	l, err := lockWork(mine)
+	if err != nil || l.created {
+		t.Fatalf("lock of an existing directory: %v, created %v", err, l != nil && l.created)
+	}
+	l.release(true)
+	if entries, err := os.ReadDir(mine); err != nil || len(entries) != 0 {
+		t.Errorf("the user's work directory after a release: %v, %v", entries, err)
+	}
+}
+
+// deadOwner is the journal owner of an up that was killed: a process
+// that has ended.
+func deadOwner(t *testing.T) Resource {
+	t.Helper()
+	cmd := exec.Command("true")
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	return Resource{Kind: KindProcess, Name: "kcompile up", PID: cmd.Process.Pid, Start: 1}
+}
+
+// TestTakeOverAfterACrash: the journal of an up that died is named, with
+// what of it is left, and removed only when asked.
+func TestTakeOverAfterACrash(t *testing.T) {
+	work := t.TempDir()
+	left := filepath.Join(work, "machines", "a")
+	if err := os.MkdirAll(left, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	j := &journal{path: filepath.Join(work, StateName), state: State{Cluster: "demo", Owner: deadOwner(t)}}
+	for _, d := range []string{filepath.Join(work, "machines"), left} {
+		if err := j.record(Resource{Kind: KindDir, Name: d}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l, err := lockWork(work)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.release(true)
+
+	err = takeOver(t.Context(), Config{Work: work}, l)
+	if err == nil {
+		t.Fatal("the leftovers of a crashed up were taken over silently")
+	}
+	for _, want := range []string{"pid " + strconv.Itoa(j.state.Owner.PID), "cluster demo", "ended without stopping it", "2 directories in " + work, "kcompile up --recover", "kcompile down --work " + work} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the refusal does not say %q:\n%v", want, err)
+		}
+	}
+	if _, err := os.Stat(left); err != nil {
+		t.Errorf("a refusal removed what was left: %v", err)
+	}
+
+	if err := takeOver(t.Context(), Config{Work: work, Recover: true}, l); err != nil {
+		t.Fatal(err)
+	}
+	entries, _ := os.ReadDir(work)
+	if len(entries) != 1 || entries[0].Name() != LockName {
+		t.Errorf("after --recover the work directory holds %v, want only the lock file", entries)
+	}
+}
+
+// TestMkdirJournalsEveryParent: each directory up makes on the way is in
+// the journal before it exists, outermost first, so that down removes
+// them all from a work directory up did not make.
+func TestMkdirJournalsEveryParent(t *testing.T) {
+	work := t.TempDir()
+	c := &Cluster{cfg: Config{Work: work}, j: &journal{path: filepath.Join(work, StateName)}}
+	dir := filepath.Join(work, "machines", "cp1")
+	if err := c.mkdir(dir); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, r := range c.j.state.Resources {
+		got = append(got, r.Name)
+	}
+	if want := []string{filepath.Join(work, "machines"), dir}; !slices.Equal(got, want) {
+		t.Errorf("journalled %q, want %q", got, want)
+	}
+	if err := Down(t.Context(), work, nil); err != nil {
+		t.Fatal(err)
+	}
+	if entries, err := os.ReadDir(work); err != nil || len(entries) != 0 {
+		t.Errorf("down left %v in a work directory up did not make (%v)", entries, err)
+	}
+}
