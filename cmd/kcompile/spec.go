@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"strconv"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 	"github.com/kcompile/kcompile/compiler/diag"
 	"github.com/kcompile/kcompile/compiler/ir"
 	"github.com/kcompile/kcompile/compiler/pki"
+	"github.com/kcompile/kcompile/internal/writer"
 	"github.com/kcompile/kcompile/pipeline"
 )
 
@@ -91,39 +91,7 @@ func writePrivateFile(path string, data []byte, force bool) error {
 	if _, err := os.Lstat(path); err == nil && !force {
 		return statusError{code: exitProblems, msg: fmt.Sprintf("%s already exists; pass --force to replace it", path)}
 	}
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	ok := false
-	defer func() {
-		if !ok {
-			os.Remove(tmp)
-		}
-	}()
-	// CreateTemp makes the file 0600 before anything is written to it.
-	if err := f.Chmod(0o600); err != nil {
-		f.Close()
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return err
-	}
-	ok = true
-	return nil
+	return writer.PrivateFile(path, data)
 }
 
 // parseDuration reads the duration given to --flag, written like the

@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"syscall"
 	"time"
+
+	"github.com/kcompile/kcompile/internal/writer"
 )
 
 // Down stops the cluster whose journal is in the work directory work:
@@ -133,7 +135,10 @@ func undo(ctx context.Context, j *journal, log io.Writer) (own bool, err error) 
 	if len(errs) > 0 {
 		return own, fmt.Errorf("down: %w; the journal %s still lists what is left", errors.Join(errs...), j.path)
 	}
-	for _, f := range []string{j.path + ".tmp", j.path} {
+	// The journal last, with the temporary files of saves a crash cut
+	// short.
+	torn, _ := filepath.Glob(filepath.Join(work, writer.TempPrefix(j.path)+"*"))
+	for _, f := range append(torn, j.path) {
 		if err := os.Remove(f); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return own, err
 		}

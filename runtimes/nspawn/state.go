@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/kcompile/kcompile/internal/writer"
 )
 
 // StateName is the journal of everything `up` made on the host, at the
@@ -84,25 +86,9 @@ func (j *journal) save() error {
 	if err != nil {
 		return err
 	}
-	// Synced before the rename: a power cut leaves the old journal or
-	// the new one, never a torn one.
-	tmp := j.path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(append(data, '\n')); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp, j.path)
+	// A power cut leaves the old journal or the new one, never a torn
+	// one.
+	return writer.PrivateFile(j.path, append(data, '\n'))
 }
 
 // ReadState reads the journal of the work directory dir; fs.ErrNotExist
