@@ -1,6 +1,8 @@
 package compiler
 
 import (
+	"time"
+
 	"encoding/json"
 	"fmt"
 	"net/netip"
@@ -97,7 +99,9 @@ func lower(m *model) *ir.Cluster {
 		c.Runtime.Mirrors = append(c.Runtime.Mirrors, ir.Mirror{Registry: host, Endpoints: m.mirrors[host]})
 	}
 	derive("runtime.socket", socket, "runtime.engine")
-	c.Kubelet = ir.Kubelet{CgroupDriver: s.Kubelet.CgroupDriver, FailCgroupV1: s.Kubelet.FailCgroupV1}
+	c.Kubelet = ir.Kubelet{CgroupDriver: s.Kubelet.CgroupDriver, FailCgroupV1: s.Kubelet.FailCgroupV1,
+		ShutdownGrace:         time.Duration(s.Kubelet.Shutdown.GracePeriodSeconds) * time.Second,
+		ShutdownGraceCritical: time.Duration(s.Kubelet.Shutdown.CriticalPodsSeconds) * time.Second}
 	c.PKI = ir.PKI{KeyAlgorithm: s.PKI.KeyAlgorithm, CAValidity: parseValidity(s.PKI.CAValidity), LeafValidity: parseValidity(s.PKI.LeafValidity),
 		ClockSkew: parseSkew(s.PKI.ClockSkew)}
 	c.Security = ir.Security{

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kcompile/kcompile/compiler/ir"
 )
@@ -215,5 +216,40 @@ kubelet: failCgroupV1: false
 	}
 	if !c.Runtime.RestrictOOMScoreAdj || c.Kubelet.FailCgroupV1 {
 		t.Errorf("restrictOOMScoreAdj %t, failCgroupV1 %t", c.Runtime.RestrictOOMScoreAdj, c.Kubelet.FailCgroupV1)
+	}
+}
+
+// TestLowerKubeletShutdown: graceful node shutdown is on by default, set
+// or turned off by the spec, and the critical pods' share cannot exceed
+// the whole.
+func TestLowerKubeletShutdown(t *testing.T) {
+	c := compileExample(t, "single-node")
+	if c.Kubelet.ShutdownGrace != 30*time.Second || c.Kubelet.ShutdownGraceCritical != 10*time.Second {
+		t.Errorf("defaults: %v, critical %v; want 30s, 10s", c.Kubelet.ShutdownGrace, c.Kubelet.ShutdownGraceCritical)
+	}
+	for _, tc := range []struct {
+		spec            string
+		grace, critical time.Duration
+		bad             bool
+	}{
+		{spec: "kubelet: shutdown: {gracePeriodSeconds: 120, criticalPodsSeconds: 30}", grace: 120 * time.Second, critical: 30 * time.Second},
+		{spec: "kubelet: shutdown: gracePeriodSeconds: 90", grace: 90 * time.Second, critical: 30 * time.Second},
+		{spec: "kubelet: shutdown: gracePeriodSeconds: 0"},
+		{spec: "kubelet: shutdown: {gracePeriodSeconds: 5, criticalPodsSeconds: 10}", bad: true},
+		{spec: "kubelet: shutdown: gracePeriodSeconds: -1", bad: true},
+	} {
+		c, diags := Compile(Source{Dir: t.TempDir(), Overlay: map[string][]byte{"spec.cue": []byte(header + one + tc.spec + "\n")}})
+		switch {
+		case tc.bad && c != nil:
+			t.Errorf("%s: accepted", tc.spec)
+		case tc.bad:
+			if !strings.Contains(lines(diags), "kubelet.shutdown") {
+				t.Errorf("%s: the error does not name the field:\n%s", tc.spec, lines(diags))
+			}
+		case c == nil:
+			t.Errorf("%s: does not compile:\n%s", tc.spec, lines(diags))
+		case c.Kubelet.ShutdownGrace != tc.grace || c.Kubelet.ShutdownGraceCritical != tc.critical:
+			t.Errorf("%s: %v, critical %v", tc.spec, c.Kubelet.ShutdownGrace, c.Kubelet.ShutdownGraceCritical)
+		}
 	}
 }

@@ -210,6 +210,10 @@ type specRuntime struct {
 type specKubelet struct {
 	CgroupDriver string `json:"cgroupDriver"`
 	FailCgroupV1 bool   `json:"failCgroupV1"`
+	Shutdown     struct {
+		GracePeriodSeconds  int `json:"gracePeriodSeconds"`
+		CriticalPodsSeconds int `json:"criticalPodsSeconds"`
+	} `json:"shutdown"`
 }
 
 type specPKI struct {

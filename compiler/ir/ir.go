@@ -490,6 +490,10 @@ type Kubelet struct {
 	CgroupDriver string
 	// FailCgroupV1 makes the kubelet refuse a cgroup v1 host.
 	FailCgroupV1 bool
+	// ShutdownGrace is how long the kubelet delays a power-off to end
+	// the node's pods, ShutdownGraceCritical the part of it kept for
+	// critical pods; zero turns graceful node shutdown off.
+	ShutdownGrace, ShutdownGraceCritical time.Duration
 }
 
 // PKI sets how certificates are issued.

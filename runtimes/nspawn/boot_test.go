@@ -120,10 +120,17 @@ func bootIn(t testing.TB, out *pipeline.Output, target pipeline.Target, work str
 				}
 			}
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
+		start := time.Now()
 		if err := c.Down(ctx); err != nil {
 			t.Errorf("down: %v", err)
+		}
+		t.Logf("down took %s", time.Since(start).Round(100*time.Millisecond))
+		// A healthy cluster powers off through the kubelets' graceful
+		// node shutdown: nothing is killed.
+		if strings.Contains(log.String(), "stopped by force") {
+			t.Errorf("down had to force a machine:\n%s", log.String())
 		}
 		assertNothingLeft(t, c.p, work)
 	})
@@ -381,6 +388,22 @@ func TestUpSingleNode(t *testing.T) {
 			return fmt.Errorf("answer %s", body)
 		}
 		return nil
+	})
+	// The compiled graceful node shutdown is live: the kubelet holds
+	// logind's delay lock on shutdown, which down's power-off waits on.
+	eventually(t, time.Minute, "the kubelet's shutdown inhibitor", func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		out, err := c.Exec(ctx, "box", "systemd-inhibit", "--list", "--no-legend", "--no-pager")
+		if err != nil {
+			return err
+		}
+		for _, line := range strings.Split(string(out), "\n") {
+			if strings.Contains(line, "kubelet") && strings.Contains(line, "shutdown") && strings.HasSuffix(strings.TrimSpace(line), "delay") {
+				return nil
+			}
+		}
+		return fmt.Errorf("no delay lock of the kubelet:\n%s", out)
 	})
 	// Every adjustment was printed and none of them touched the tree
 	// on disk: the work directory's tree is the compiled one.

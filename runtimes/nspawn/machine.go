@@ -271,6 +271,36 @@ func consoleTail(path string, n int) string {
 	return "  " + strings.Join(lines, "\n  ")
 }
 
+// powerOff halts the machine as its operator would, through logind
+// (systemctl poweroff), so that the kubelet's graceful node shutdown
+// (its inhibitor lock, held for up to shutdown) ends the pods first. A
+// machine that has not powered off within that and a margin for the
+// units is halted by stop; forced says so, with the time it was given.
+func (m *machine) powerOff(ctx context.Context, shutdown time.Duration) (grace time.Duration, forced bool) {
+	grace = shutdown + 30*time.Second
+	m.mu.Lock()
+	m.stopped = true
+	m.mu.Unlock()
+	if _, err := m.exec(ctx, "systemctl", "poweroff", "--no-block"); err == nil {
+		t := time.NewTimer(grace)
+		defer t.Stop()
+		select {
+		case <-m.done:
+			return grace, false
+		case <-t.C:
+		case <-ctx.Done():
+		}
+	}
+	select {
+	case <-m.done:
+		// It ended meanwhile, or had ended before it was asked.
+		return grace, false
+	default:
+	}
+	m.stop(ctx, 20*time.Second)
+	return grace, true
+}
+
 // stop halts the machine: SIGTERM makes nspawn send systemd its
 // SIGRTMIN+3 (halt); after grace, a second SIGTERM makes nspawn end the
 // machine at once. With no grace the machine is killed, as one that

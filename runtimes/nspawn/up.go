@@ -929,8 +929,8 @@ func (c *Cluster) Down(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if m.stop(ctx, 20*time.Second) {
-				c.logf("machine %s did not halt within 20 s: stopped by force", m.name)
+			if grace, forced := m.powerOff(ctx, c.cfg.Cluster.Kubelet.ShutdownGrace); forced {
+				c.logf("machine %s did not power off within %s: stopped by force", m.name, grace)
 			}
 		}()
 	}

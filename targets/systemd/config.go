@@ -39,6 +39,13 @@ func kubeletConfig(c *ir.Cluster, n ir.Node, l placement) *kubeletv1beta1.Kubele
 	// Written out whatever its value: the kubelet's default differs
 	// between its releases.
 	failV1 := c.Kubelet.FailCgroupV1
+	// Graceful node shutdown: the kubelet holds a power-off through
+	// logind's inhibitor lock until the pods have ended, so that a halt
+	// is never a kill.
+	var grace, graceCritical metav1.Duration
+	if c.Kubelet.ShutdownGrace > 0 {
+		grace, graceCritical = metav1.Duration{Duration: c.Kubelet.ShutdownGrace}, metav1.Duration{Duration: c.Kubelet.ShutdownGraceCritical}
+	}
 	return &kubeletv1beta1.KubeletConfiguration{
 		TypeMeta: metav1.TypeMeta{APIVersion: "kubelet.config.k8s.io/v1beta1", Kind: "KubeletConfiguration"},
 		Authentication: kubeletv1beta1.KubeletAuthentication{
@@ -64,6 +71,9 @@ func kubeletConfig(c *ir.Cluster, n ir.Node, l placement) *kubeletv1beta1.Kubele
 		PodPidsLimit:   &pids,
 		SeccompDefault: &t,
 		FailCgroupV1:   &failV1,
+
+		ShutdownGracePeriod:             grace,
+		ShutdownGracePeriodCriticalPods: graceCritical,
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kcompile/kcompile/internal/fixture"
 
@@ -72,6 +73,15 @@ func TestKubeletConfig(t *testing.T) {
 	}
 	if cfg.CgroupDriver != "systemd" || cfg.ContainerRuntimeEndpoint != "unix:///run/containerd/containerd.sock" || cfg.MaxPods != 110 {
 		t.Errorf("runtime settings %q %q %d", cfg.CgroupDriver, cfg.ContainerRuntimeEndpoint, cfg.MaxPods)
+	}
+	if cfg.ShutdownGracePeriod.Duration != 30*time.Second || cfg.ShutdownGracePeriodCriticalPods.Duration != 10*time.Second {
+		t.Errorf("graceful node shutdown %v, critical %v; want the schema's 30s and 10s", cfg.ShutdownGracePeriod, cfg.ShutdownGracePeriodCriticalPods)
+	}
+	// Turned off, both are left to the kubelet's default (off).
+	c.Kubelet.ShutdownGrace, c.Kubelet.ShutdownGraceCritical = 0, 0
+	cfg = kubeletConfig(c, w, Options{}.placement(w))
+	if cfg.ShutdownGracePeriod.Duration != 0 || cfg.ShutdownGracePeriodCriticalPods.Duration != 0 {
+		t.Errorf("graceful node shutdown turned off, yet %v, %v", cfg.ShutdownGracePeriod, cfg.ShutdownGracePeriodCriticalPods)
 	}
 }
 
