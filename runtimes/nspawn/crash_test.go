@@ -35,6 +35,9 @@ func TestMain(m *testing.M) {
 	if spec := os.Getenv(upChildSpec); spec != "" {
 		os.Exit(upChild(spec, os.Getenv(upChildWork)))
 	}
+	if addr := os.Getenv(listenChild); addr != "" {
+		os.Exit(listenUntilEOF(addr))
+	}
 	os.Exit(m.Run())
 }
 

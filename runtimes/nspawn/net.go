@@ -2,7 +2,6 @@ package nspawn
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"net/netip"
 	"os"
@@ -36,46 +35,6 @@ func netnsExists(name string) bool {
 
 // netnsPath is where ip netns keeps a named namespace.
 func netnsPath(name string) string { return "/run/netns/" + name }
-
-// hostRoute is one route of the host's main table, as ip -j prints it.
-type hostRoute struct {
-	Dst string `json:"dst"`
-	Dev string `json:"dev"`
-}
-
-// routeClash says which of the host's routes would overlap the node
-// networks: up would shadow them, or they it.
-func routeClash(networks []netip.Prefix) error {
-	for _, family := range []string{"-4", "-6"} {
-		out, err := exec.Command("ip", "-j", family, "route", "show", "table", "main").Output()
-		if err != nil {
-			return fmt.Errorf("ip -j %s route: %v", family, err)
-		}
-		var routes []hostRoute
-		if err := json.Unmarshal(out, &routes); err != nil {
-			return fmt.Errorf("ip -j %s route: %v", family, err)
-		}
-		for _, r := range routes {
-			if r.Dst == "default" || r.Dst == "" {
-				continue
-			}
-			dst, err := netip.ParsePrefix(r.Dst)
-			if err != nil {
-				a, aerr := netip.ParseAddr(r.Dst)
-				if aerr != nil {
-					continue
-				}
-				dst = netip.PrefixFrom(a, a.BitLen())
-			}
-			for _, nw := range networks {
-				if dst.Overlaps(nw) {
-					return fmt.Errorf("the host already routes %s (dev %s), which overlaps the node network %s: kcompile up would take those addresses over; change the spec's network.nodes or free the range", r.Dst, r.Dev, nw)
-				}
-			}
-		}
-	}
-	return nil
-}
 
 // addrArg is an address with its prefix length as ip takes it.
 func addrArg(p netip.Prefix) string { return p.String() }

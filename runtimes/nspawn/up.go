@@ -207,9 +207,6 @@ func Up(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := routeClash(cfg.Cluster.Network.NodeNetworks); err != nil {
-		return nil, err
-	}
 	if linkExists(p.bridge) {
 		return nil, fmt.Errorf("the host already has a device %s: another kcompile up with work directory %s runs; kcompile down --work %s stops it", p.bridge, cfg.Work, cfg.Work)
 	}
@@ -228,6 +225,9 @@ func Up(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	c.mirror = mirror
 	c.adjust, err = decide(cfg.Cluster, p, h, cfg.Target, mirrorAdjust)
 	if err != nil {
+		return nil, err
+	}
+	if err := c.preflight(ctx, preflight{}); err != nil {
 		return nil, err
 	}
 	if err := c.claimWork(); err != nil {
@@ -263,6 +263,29 @@ func Up(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// preflight reads the host before anything is made: errors stop up
+// with every one of them named, warnings are said.
+func (c *Cluster) preflight(ctx context.Context, h preflight) error {
+	var listen []service
+	if c.mirror.IsValid() {
+		listen = append(listen, service{at: c.mirror, what: "its image registry"})
+	}
+	if c.p.endpoint.IsValid() {
+		listen = append(listen, service{at: c.p.endpoint, what: "the API endpoint"})
+	}
+	f, err := h.check(ctx, c.cfg.Cluster.Network.NodeNetworks, listen)
+	if err != nil {
+		return fmt.Errorf("reading the host: %w", err)
+	}
+	for _, w := range f.warnings {
+		c.logf("warning: %s", w)
+	}
+	if len(f.errors) > 0 {
+		return fmt.Errorf("the host is not ready for this cluster; nothing was made:\n  %s", strings.Join(f.errors, "\n  "))
+	}
+	return nil
 }
 
 // takeOver deals with the journal an earlier up of the work directory
