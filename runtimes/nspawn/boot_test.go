@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -93,6 +94,7 @@ func bootIn(t testing.TB, out *pipeline.Output, target pipeline.Target, work str
 	if len(problems) > 0 {
 		t.Fatalf("images that cannot be built: %v", problems)
 	}
+	host := readHost(t)
 	var log bytes.Buffer
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -132,7 +134,7 @@ func bootIn(t testing.TB, out *pipeline.Output, target pipeline.Target, work str
 		if strings.Contains(log.String(), "stopped by force") {
 			t.Errorf("down had to force a machine:\n%s", log.String())
 		}
-		assertNothingLeft(t, c.p, work)
+		assertNothingLeft(t, c.p, work, host)
 	})
 	return c
 }
@@ -144,37 +146,74 @@ func tail(b []byte, n int) []byte {
 	return b
 }
 
-// assertNothingLeft checks that no machine, namespace, device, mount or
-// process of an up remains, and that the work directory holds nothing.
-func assertNothingLeft(t testing.TB, p *plan, work string) {
+// hostState is what of the host an up may touch outside its work
+// directory and its own names: the firewall, the links and namespaces,
+// and the directories where systemd and nspawn keep state.
+type hostState struct {
+	ruleset string
+	entries map[string]bool
+}
+
+// hostDirs are the host directories compared before and after an up.
+func hostDirs() []string {
+	return []string{"/run", "/run/systemd", "/run/systemd/machines", "/run/netns", "/etc", "/etc/systemd/nspawn", "/etc/systemd/system", "/var/lib/machines", "/sys/class/net", "/tmp"}
+}
+
+// readHost reads the host's state, to compare with after the up.
+func readHost(t testing.TB) hostState {
+	t.Helper()
+	out, err := exec.Command("nft", "list", "ruleset").Output()
+	if err != nil {
+		t.Fatalf("nft list ruleset: %v", err)
+	}
+	h := hostState{ruleset: string(out), entries: map[string]bool{}}
+	for _, d := range hostDirs() {
+		entries, _ := os.ReadDir(d)
+		for _, e := range entries {
+			h.entries[filepath.Join(d, e.Name())] = true
+		}
+	}
+	return h
+}
+
+// assertNothingLeft checks that no machine, namespace, device, mount,
+// process, firewall rule or file of an up remains outside what the host
+// had before (before), and that the work directory holds nothing. It
+// looks into every process's mount namespace and at every process's
+// root, so that a machine's orphaned processes are found too.
+func assertNothingLeft(t testing.TB, p *plan, work string, before hostState) {
 	t.Helper()
 	if entries, err := os.ReadDir(work); err == nil && len(entries) > 0 {
 		t.Errorf("work directory %s still holds %d entries", work, len(entries))
 	}
-	netns, _ := os.ReadDir("/run/netns")
-	for _, e := range netns {
-		if strings.HasPrefix(e.Name(), namePrefix+p.id) {
-			t.Errorf("network namespace %s left behind", e.Name())
+	for _, d := range []string{"/run/netns", "/sys/class/net"} {
+		entries, _ := os.ReadDir(d)
+		for _, e := range entries {
+			if strings.HasPrefix(e.Name(), namePrefix+p.id) {
+				t.Errorf("%s left behind", filepath.Join(d, e.Name()))
+			}
 		}
 	}
-	links, _ := os.ReadDir("/sys/class/net")
-	for _, e := range links {
-		if strings.HasPrefix(e.Name(), namePrefix+p.id) {
-			t.Errorf("device %s left behind", e.Name())
+	after := readHost(t)
+	if after.ruleset != before.ruleset {
+		t.Errorf("the host's firewall changed:\nbefore:\n%s\nafter:\n%s", before.ruleset, after.ruleset)
+	}
+	for e := range after.entries {
+		if !before.entries[e] {
+			t.Errorf("%s appeared on the host and stayed", e)
 		}
 	}
-	mounts, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if strings.Contains(string(mounts), work) {
-		t.Errorf("mounts under %s left behind", work)
-	}
-	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
-	for _, f := range procs {
-		data, _ := os.ReadFile(f)
-		if strings.Contains(string(data), work) {
-			t.Errorf("process %s still runs: %q", filepath.Base(filepath.Dir(f)), bytes.ReplaceAll(data, []byte{0}, []byte{' '}))
+	procs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, proc := range procs {
+		pid := filepath.Base(proc)
+		if mounts, err := os.ReadFile(filepath.Join(proc, "mountinfo")); err == nil && strings.Contains(string(mounts), work) {
+			t.Errorf("process %s sees mounts under %s", pid, work)
+		}
+		if root, err := os.Readlink(filepath.Join(proc, "root")); err == nil && strings.HasPrefix(root, work) {
+			t.Errorf("process %s still runs in a machine (root %s)", pid, root)
+		}
+		if data, err := os.ReadFile(filepath.Join(proc, "cmdline")); err == nil && strings.Contains(string(data), work) {
+			t.Errorf("process %s still runs: %q", pid, bytes.ReplaceAll(data, []byte{0}, []byte{' '}))
 		}
 	}
 }

@@ -149,6 +149,7 @@ func crash(t *testing.T, out *pipeline.Output, spec, work string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	host := readHost(t)
 	// Whatever fails below, what the killed ups left goes.
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -156,7 +157,7 @@ func crash(t *testing.T, out *pipeline.Output, spec, work string) {
 		if err := Down(ctx, work, nil); err != nil && !strings.Contains(err.Error(), "no kcompile up ran there") {
 			t.Errorf("down: %v", err)
 		}
-		assertNothingLeft(t, p, work)
+		assertNothingLeft(t, p, work, host)
 	})
 
 	// Two at once: exactly one runs; the other exits 1 naming it.
@@ -215,7 +216,7 @@ func crash(t *testing.T, out *pipeline.Output, spec, work string) {
 	if err := Down(ctx, work, &log); err != nil {
 		t.Fatalf("down after a kill -9: %v\n%s", err, log.String())
 	}
-	assertNothingLeft(t, p, work)
+	assertNothingLeft(t, p, work, host)
 	if _, err := os.Stat(work); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("the work directory up made survived down: %v", err)
 	}

@@ -2,6 +2,7 @@ package nspawn
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -131,5 +132,60 @@ func TestMkdirJournalsEveryParent(t *testing.T) {
 	}
 	if entries, err := os.ReadDir(work); err != nil || len(entries) != 0 {
 		t.Errorf("down left %v in a work directory up did not make (%v)", entries, err)
+	}
+}
+
+// recorder is a testing.TB that keeps what a helper reports.
+type recorder struct {
+	testing.TB
+	errors []string
+}
+
+func (r *recorder) Errorf(format string, args ...any) {
+	r.errors = append(r.errors, fmt.Sprintf(format, args...))
+}
+func (r *recorder) Helper() {}
+
+// TestLeakCheckSees: the boot tests' leak check fails on a file left on
+// the host, a firewall table and a process whose command names the work
+// directory.
+func TestLeakCheckSees(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("the leak check reads every process and the firewall: run it as root (CI does)")
+	}
+	work := t.TempDir()
+	p := &plan{id: "zz"}
+	before := readHost(t)
+	left := filepath.Join("/run", "kcompile-leak-test-"+strconv.Itoa(os.Getpid()))
+	if err := os.WriteFile(left, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(left)
+	table := "kcleak" + strconv.Itoa(os.Getpid())
+	if out, err := exec.Command("nft", "add", "table", "inet", table).CombinedOutput(); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	defer exec.Command("nft", "delete", "table", "inet", table).Run()
+	// A process whose command line names the work directory, as a
+	// machine's nspawn does.
+	sleeper := exec.Command("sleep", "60")
+	if err := os.Symlink("/bin/sleep", filepath.Join(work, "sleep")); err != nil {
+		t.Fatal(err)
+	}
+	sleeper.Path = filepath.Join(work, "sleep")
+	sleeper.Args = []string{filepath.Join(work, "sleep"), "60"}
+	if err := sleeper.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sleeper.Process.Kill(); _ = sleeper.Wait() }()
+	os.Remove(filepath.Join(work, "sleep"))
+
+	r := &recorder{TB: t}
+	assertNothingLeft(r, p, work, before)
+	all := strings.Join(r.errors, "\n")
+	for _, want := range []string{left + " appeared on the host", "firewall changed", "process " + strconv.Itoa(sleeper.Process.Pid) + " still runs"} {
+		if !strings.Contains(all, want) {
+			t.Errorf("the leak check does not report %q; it said:\n%s", want, all)
+		}
 	}
 }

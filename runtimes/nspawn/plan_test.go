@@ -267,8 +267,12 @@ func TestCheckRefusesWhatCannotBootHere(t *testing.T) {
 	if !strings.Contains(why, "network.cni.plugin calico") {
 		t.Errorf("calico accepted:\n%s", why)
 	}
+	why = strings.Join(Check(fixture.Cluster(t, "external-etcd", nil)), "\n")
+	if !strings.Contains(why, `controlPlane.endpoint.host "api.core.example.com" is a DNS name`) {
+		t.Errorf("an endpoint named by DNS accepted:\n%s", why)
+	}
 	why = strings.Join(Check(fixture.Cluster(t, "single-node", nil)), "\n")
-	if strings.Contains(why, "network.") || strings.Contains(why, "runtime.") {
+	if strings.Contains(why, "network.") || strings.Contains(why, "runtime.") || strings.Contains(why, "controlPlane.") {
 		t.Errorf("single-node refused:\n%s", why)
 	}
 }

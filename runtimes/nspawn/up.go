@@ -148,6 +148,11 @@ func Check(c *ir.Cluster) []string {
 			break
 		}
 	}
+	if e := c.Endpoint; e.Host != "" && !e.Address.IsValid() {
+		// The machines resolve no names: nothing serves DNS on up's
+		// bridge, and they reach no other network.
+		why = append(why, fmt.Sprintf("controlPlane.endpoint.host %q is a DNS name, which up's machines cannot resolve (no DNS server reaches them); for up, give the endpoint an address on a node network (controlPlane.endpoint.address)", e.Host))
+	}
 	if c.Network.KubeProxyMode == "ipvs" {
 		why = append(why, "network.kubeProxy.mode ipvs: this host's kernel has no IPVS modules and none can be loaded; use nftables or iptables")
 	}
