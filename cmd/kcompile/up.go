@@ -75,8 +75,8 @@ func (c *upCmd) Run(e *env) error {
 	if err != nil {
 		return statusError{code: exitProblems, msg: err.Error()}
 	}
-	fmt.Fprintf(e.stdout, "cluster %s is up (%s) in %s; kubeconfig: %s\nCtrl-C or `kcompile down --work %s` stops it.\n",
-		out.Cluster.Name, plural(len(out.Cluster.Nodes), "node"), e.progress.took(), cluster.Kubeconfig(), work)
+	fmt.Fprintf(e.stdout, "cluster %s is up (%s) in %s; kubeconfig: %s\n`kcompile node status --work %s` shows its nodes; Ctrl-C or `kcompile down --work %s` stops it.\n",
+		out.Cluster.Name, plural(len(out.Cluster.Nodes), "node"), e.progress.took(), cluster.Kubeconfig(), work, work)
 	werr := cluster.Wait(ctx)
 	stop()
 	dctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

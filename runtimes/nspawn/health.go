@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 
@@ -16,7 +17,20 @@ type etcdHealth struct{ http *http.Client }
 
 // healthy says whether a member answers /health with health true.
 func (e *etcdHealth) healthy(ctx context.Context, clientURL string) bool {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(clientURL, "/")+"/health", nil)
+	var h struct {
+		Health string `json:"health"`
+	}
+	return e.call(ctx, http.MethodGet, clientURL, "/health", "", &h) && h.Health == "true"
+}
+
+// call asks a member's client URL at path and decodes its JSON answer
+// into v; false when it does not answer 200 with JSON.
+func (e *etcdHealth) call(ctx context.Context, method, clientURL, path, body string, v any) bool {
+	var r io.Reader
+	if body != "" {
+		r = strings.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, strings.TrimSuffix(clientURL, "/")+path, r)
 	if err != nil {
 		return false
 	}
@@ -25,10 +39,7 @@ func (e *etcdHealth) healthy(ctx context.Context, clientURL string) bool {
 		return false
 	}
 	defer resp.Body.Close()
-	var h struct {
-		Health string `json:"health"`
-	}
-	return resp.StatusCode == http.StatusOK && json.NewDecoder(resp.Body).Decode(&h) == nil && h.Health == "true"
+	return resp.StatusCode == http.StatusOK && json.NewDecoder(resp.Body).Decode(v) == nil
 }
 
 // workloadsReady says whether every DaemonSet and Deployment of

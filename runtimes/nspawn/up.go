@@ -109,6 +109,10 @@ type Cluster struct {
 	// lock is the work directory's, held until Down; lock.created says
 	// the work directory is up's to remove.
 	lock *workLock
+	// control answers `kcompile node` once the cluster is up.
+	control *http.Server
+	// downed says Down ran.
+	downed bool
 }
 
 // Adjustments are what up applied beyond the compiled tree.
@@ -265,6 +269,9 @@ func Up(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		return nil, err
 	}
 	if err := c.waitReady(ctx); err != nil {
+		return nil, err
+	}
+	if err := c.serveControl(); err != nil {
 		return nil, err
 	}
 	return c, nil
@@ -700,16 +707,24 @@ func resolveIn(layers []string, rel string) string {
 	return rel
 }
 
+// launch boots a machine and supervises it.
+func (c *Cluster) launch(m *machine) error {
+	c.jmu.Lock()
+	err := c.boot(m)
+	c.jmu.Unlock()
+	if err != nil {
+		return err
+	}
+	go c.supervise(m)
+	return nil
+}
+
 // bootAll starts every machine.
 func (c *Cluster) bootAll() error {
 	for _, m := range c.p.machines {
-		c.jmu.Lock()
-		err := c.boot(m)
-		c.jmu.Unlock()
-		if err != nil {
+		if err := c.launch(m); err != nil {
 			return err
 		}
-		go c.supervise(m)
 	}
 	c.logf("machines started: %d", len(c.p.machines))
 	return nil
@@ -937,18 +952,30 @@ func (c *Cluster) machine(node string) *machine {
 	return nil
 }
 
-// Wait returns when a machine stops by itself (with why) or ctx ends.
+// Wait runs the cluster until ctx ends. A machine that stops by itself
+// is said, with why, and the cluster goes on: `kcompile node start`
+// boots it again.
 func (c *Cluster) Wait(ctx context.Context) error {
-	select {
-	case m := <-c.events:
-		return m.err
-	case <-ctx.Done():
-		return nil
+	for {
+		select {
+		case m := <-c.events:
+			c.logf("%v; the cluster goes on without it: kcompile node start %s --work %s boots it again", m.err, m.name, c.cfg.Work)
+		case <-ctx.Done():
+			return nil
+		}
 	}
 }
 
-// Down halts every machine and removes everything up made.
+// Down halts every machine and removes everything up made; a second
+// call does nothing. It halts each machine as its power button would
+// (systemd's SIGRTMIN+3, which does not go through logind): `kcompile
+// node stop` is the graceful power-off, which waits on the kubelets'
+// shutdown.
 func (c *Cluster) Down(ctx context.Context) error {
+	if c.downed {
+		return nil
+	}
+	c.downed = true
 	var wg sync.WaitGroup
 	for _, m := range c.p.machines {
 		if m.done == nil || m.cmd == nil {
@@ -957,12 +984,15 @@ func (c *Cluster) Down(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if grace, forced := m.powerOff(ctx, c.cfg.Cluster.Kubelet.ShutdownGrace); forced {
-				c.logf("machine %s did not power off within %s: stopped by force", m.name, grace)
+			if m.stop(ctx, 20*time.Second) {
+				c.logf("machine %s did not halt within 20 s: stopped by force; the end of its console:\n%s", m.name, consoleTail(m.console(), 15))
 			}
 		}()
 	}
 	wg.Wait()
+	if c.control != nil {
+		_ = c.control.Close()
+	}
 	if c.cancel != nil {
 		c.cancel()
 	}
