@@ -133,6 +133,12 @@ func printStatus(e *env, s nspawn.Status) error {
 	if s.VIPHolder != "" {
 		fmt.Fprintf(e.stdout, "the API endpoint's VIP is on %s\n", s.VIPHolder)
 	}
+	if len(s.Unpullable) > 0 {
+		fmt.Fprintln(e.stdout, "pods waiting for an image no node can pull (the nodes have no egress; up serves only the cluster's own images):")
+		for _, p := range s.Unpullable {
+			fmt.Fprintln(e.stdout, "  "+diag.Printable(p, maxShown))
+		}
+	}
 	leader := s.EtcdLeader
 	if leader == "" {
 		leader = "none answers"

@@ -439,13 +439,40 @@ func TestUpSingleNode(t *testing.T) {
 		}
 		return fmt.Errorf("no delay lock of the kubelet:\n%s", out)
 	})
-	// node stop powers the node off through logind; the kubelet's
-	// graceful shutdown ends its pods within its grace, and nothing is
-	// forced.
+	// A pod of an image up does not serve: the nodes have no egress, up
+	// said so, and the status names the pod.
 	ctl, err := Dial(c.cfg.Work)
 	if err != nil {
 		t.Fatal(err)
 	}
+	if log := c.cfg.Log.(*bytes.Buffer).String(); !strings.Contains(log, "the nodes have no egress: they pull only the images up serves (") {
+		t.Errorf("up did not say the nodes have no egress:\n%s", log)
+	}
+	web := `apiVersion: v1
+kind: Pod
+metadata: {name: web, namespace: default}
+spec:
+  nodeName: box
+  containers: [{name: web, image: "docker.io/library/nginx:1.27"}]
+`
+	if _, err := k.apply(context.Background(), "web", []byte(web)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 2*time.Minute, "the status naming the pod whose image cannot be pulled", func() error {
+		st, err := ctl.Status(context.Background())
+		if err != nil {
+			return err
+		}
+		for _, u := range st.Unpullable {
+			if strings.HasPrefix(u, "default/web: docker.io/library/nginx:1.27 (") {
+				return nil
+			}
+		}
+		return fmt.Errorf("unpullable: %q", st.Unpullable)
+	})
+	// node stop powers the node off through logind; the kubelet's
+	// graceful shutdown ends its pods within its grace, and nothing is
+	// forced.
 	stopCtx, stopCancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer stopCancel()
 	st, err := ctl.Power(stopCtx, "box", PowerStop)

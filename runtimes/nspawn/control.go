@@ -49,6 +49,10 @@ type Status struct {
 	// EtcdLeader is the member etcd's members name as leader, "" when
 	// none answers.
 	EtcdLeader string `json:"etcdLeader,omitempty"`
+	// Unpullable are the pods waiting for an image that cannot be
+	// pulled: the nodes have no egress, and up serves only the
+	// cluster's own images.
+	Unpullable []string `json:"unpullable,omitempty"`
 }
 
 // NodeStatus is one machine.
@@ -166,6 +170,9 @@ func (c *Cluster) Status(ctx context.Context) Status {
 				s.VIPHolder = m.name
 			}
 		}
+	}
+	if c.kube != nil {
+		s.Unpullable = c.kube.unpullable(ctx)
 	}
 	if etcd, err := c.etcdClient(); err == nil {
 		for _, mem := range c.cfg.Cluster.Etcd.Members {

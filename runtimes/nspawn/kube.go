@@ -250,3 +250,22 @@ func (k *kube) apply(ctx context.Context, name string, manifest []byte) (int, er
 	}
 	return n, nil
 }
+
+// unpullable names the pods waiting for an image that cannot be pulled,
+// with the image and the kubelet's reason.
+func (k *kube) unpullable(ctx context.Context) []string {
+	var pods corev1.PodList
+	if err := k.get(ctx, "/api/v1/pods", &pods); err != nil {
+		return nil
+	}
+	var out []string
+	for _, p := range pods.Items {
+		for _, cs := range append(p.Status.InitContainerStatuses, p.Status.ContainerStatuses...) {
+			w := cs.State.Waiting
+			if w != nil && (w.Reason == "ErrImagePull" || w.Reason == "ImagePullBackOff" || w.Reason == "InvalidImageName") {
+				out = append(out, fmt.Sprintf("%s/%s: %s (%s)", p.Namespace, p.Name, cs.Image, w.Reason))
+			}
+		}
+	}
+	return out
+}

@@ -289,6 +289,7 @@ type fakeRegistry []string
 
 func (f fakeRegistry) Serve(context.Context, netip.AddrPort) error { return nil }
 func (f fakeRegistry) Registries() []string                        { return f }
+func (f fakeRegistry) Refs() []string                              { return nil }
 
 // compileDir compiles a spec directory with extra files.
 func compileDir(t *testing.T, dir string, extra map[string]string) *ir.Cluster {

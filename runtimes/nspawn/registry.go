@@ -56,6 +56,16 @@ func (r *ImageRegistry) Serve(ctx context.Context, addr netip.AddrPort) error {
 	return nil
 }
 
+// Refs are the references of the images served, sorted.
+func (r *ImageRegistry) Refs() []string {
+	var out []string
+	for _, img := range r.images {
+		out = append(out, img.Ref)
+	}
+	slices.Sort(out)
+	return out
+}
+
 // Registries are the registry hosts the images are named with.
 func (r *ImageRegistry) Registries() []string {
 	var out []string

@@ -87,6 +87,8 @@ type Registry interface {
 	Serve(ctx context.Context, addr netip.AddrPort) error
 	// Registries are the registry hosts the cluster's images name.
 	Registries() []string
+	// Refs are the references of the images it serves.
+	Refs() []string
 }
 
 // Cluster is a booted cluster.
@@ -113,6 +115,8 @@ type Cluster struct {
 	control *http.Server
 	// downed says Down ran.
 	downed bool
+	// kube is the API client of the cluster's super-admin.conf.
+	kube *kube
 }
 
 // Adjustments are what up applied beyond the compiled tree.
@@ -420,6 +424,7 @@ func (c *Cluster) prepare(ctx context.Context) error {
 			return fmt.Errorf("image registry on %s: %v", c.mirror, err)
 		}
 		c.logf("image registry serving on %s", c.mirror)
+		c.logf("the nodes have no egress: they pull only the images up serves (%s); a pod of any other image waits in ImagePullBackOff, and kcompile node status names it", strings.Join(cfg.Registry.Refs(), ", "))
 	}
 	if c.p.endpoint.IsValid() {
 		var backends []netip.AddrPort
@@ -742,6 +747,7 @@ func (c *Cluster) waitReady(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	c.kube = k
 	poll := func(what string, f func() (bool, string)) error {
 		last := ""
 		for {
