@@ -27,16 +27,21 @@ type upWork struct {
 	Work string `help:"Work directory of the kcompile up." placeholder:"DIR"`
 }
 
-func (u upWork) dial(e *env) (*nspawn.Control, error) {
-	work := u.Work
+// upWorkDir is the absolute work directory of an up: work, or up's
+// default for the cluster of the spec in dir.
+func upWorkDir(e *env, dir, work string) (string, error) {
 	if work == "" {
-		cl, err := compileSpec(e, u.Dir)
+		cl, err := compileSpec(e, dir)
 		if err != nil {
-			return nil, err
+			return "", err
 		}
 		work = nspawn.DefaultWork(cl.Name)
 	}
-	work, err := filepath.Abs(work)
+	return filepath.Abs(work)
+}
+
+func (u upWork) dial(e *env) (*nspawn.Control, error) {
+	work, err := upWorkDir(e, u.Dir, u.Work)
 	if err != nil {
 		return nil, err
 	}

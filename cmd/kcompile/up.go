@@ -91,15 +91,7 @@ func (c *upCmd) Run(e *env) error {
 }
 
 func (c *downCmd) Run(e *env) error {
-	work := c.Work
-	if work == "" {
-		cl, err := compileSpec(e, c.Dir)
-		if err != nil {
-			return err
-		}
-		work = nspawn.DefaultWork(cl.Name)
-	}
-	work, err := filepath.Abs(work)
+	work, err := upWorkDir(e, c.Dir, c.Work)
 	if err != nil {
 		return err
 	}

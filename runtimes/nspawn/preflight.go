@@ -248,10 +248,11 @@ func (h preflight) bridgeNetfilter(ctx context.Context) bool {
 	return false
 }
 
-// service is an address up listens on, and what it serves there.
+// service is an address up listens on, what it serves there, and the
+// spec setting that moves it.
 type service struct {
-	at   netip.AddrPort
-	what string
+	at              netip.AddrPort
+	what, setByPath string
 }
 
 // ports finds sockets already listening where up will: on the address
@@ -274,18 +275,10 @@ func (h preflight) ports(ctx context.Context, listen []service, f *findings) err
 			if s.at.Port() != want.at.Port() || !(s.at.Addr() == a || s.at.Addr().IsUnspecified() && (s.at.Addr().Is6() || a.Is4())) {
 				continue
 			}
-			f.errors = append(f.errors, fmt.Sprintf("%s already listens on %s, so up cannot serve %s at %s: stop it, or change the spec (%s)", socketOwner(s.inode), s.at, want.what, want.at, want.fix()))
+			f.errors = append(f.errors, fmt.Sprintf("%s already listens on %s, so up cannot serve %s at %s: stop it, or change the spec (%s)", socketOwner(s.inode), s.at, want.what, want.at, want.setByPath))
 		}
 	}
 	return nil
-}
-
-// fix is where the spec sets a service's address.
-func (s service) fix() string {
-	if s.what == "the API endpoint" {
-		return "controlPlane.endpoint"
-	}
-	return "runtime.mirrors"
 }
 
 // listening is a listening TCP socket of /proc/net/tcp{,6}.

@@ -81,7 +81,7 @@ func wantOne(t *testing.T, found []string, kind string, want ...string) {
 
 func TestPreflightCleanHost(t *testing.T) {
 	h := hostNetns(t, []string{"ip", "link", "set", "lo", "up"})
-	f, err := h.check(t.Context(), prefixes("10.9.0.0/24", "fd09::/64"), []service{{at: netip.MustParseAddrPort("10.9.0.1:5000"), what: "its image registry"}})
+	f, err := h.check(t.Context(), prefixes("10.9.0.0/24", "fd09::/64"), []service{{at: netip.MustParseAddrPort("10.9.0.1:5000"), what: "its image registry", setByPath: "runtime.mirrors"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,8 +185,8 @@ func TestPreflightBusyPort(t *testing.T) {
 		t.Fatal("the listener did not start within 30 s")
 	}
 	f, err := h.check(t.Context(), prefixes("10.5.0.0/24"), []service{
-		{at: netip.MustParseAddrPort("10.5.0.1:5000"), what: "its image registry"},
-		{at: netip.MustParseAddrPort("10.5.0.1:6443"), what: "the API endpoint"},
+		{at: netip.MustParseAddrPort("10.5.0.1:5000"), what: "its image registry", setByPath: "runtime.mirrors"},
+		{at: netip.MustParseAddrPort("10.5.0.1:6443"), what: "the API endpoint", setByPath: "controlPlane.endpoint"},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -286,10 +286,10 @@ func Up(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 func (c *Cluster) preflight(ctx context.Context, h preflight) error {
 	var listen []service
 	if c.mirror.IsValid() {
-		listen = append(listen, service{at: c.mirror, what: "its image registry"})
+		listen = append(listen, service{at: c.mirror, what: "its image registry", setByPath: "runtime.mirrors"})
 	}
 	if c.p.endpoint.IsValid() {
-		listen = append(listen, service{at: c.p.endpoint, what: "the API endpoint"})
+		listen = append(listen, service{at: c.p.endpoint, what: "the API endpoint", setByPath: "controlPlane.endpoint"})
 	}
 	f, err := h.check(ctx, c.cfg.Cluster.Network.NodeNetworks, listen)
 	if err != nil {
