@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"syscall"
 	"time"
 
+	"github.com/kcompile/kcompile/internal/detach"
 	"github.com/kcompile/kcompile/pipeline"
 	"github.com/kcompile/kcompile/runtimes/nspawn"
 )
@@ -24,6 +26,9 @@ type upCmd struct {
 	Image    string        `help:"Root file system every machine boots (Debian with systemd); default: one built once with debootstrap and cached." placeholder:"ROOTFS"`
 	Cache    string        `default:"/var/cache/kcompile" help:"Where the debootstrapped image is cached."`
 	Timeout  time.Duration `default:"10m" help:"How long the boot may take, until the addons run."`
+	Egress   bool          `help:"Give the nodes IPv4 egress: NAT to the host's uplink through an nftables table of up's own (inet kc<id>-egress), removed by down. up changes no host-wide setting: the uplink must forward already (sysctl net.ipv4.conf.<uplink>.forwarding=1)."`
+	Uplink   string        `help:"The device --egress sends the nodes' traffic out of; default: the device of the host's IPv4 default route." placeholder:"DEV"`
+	Detach   bool          `help:"Go on in the background once the cluster is up: up's process (the lock, the registry, the endpoint, the control socket) leaves the terminal, in a session of its own, and logs to WORK/control/up.log; kcompile node drives it and kcompile down stops it. Until the cluster is up, up's output and an interrupt are as without it."`
 	Recover  bool          `help:"When an earlier up of the work directory ended without stopping its cluster (killed, or its terminal closed), remove what it left first; without it up names what it found and stops."`
 }
 
@@ -34,6 +39,14 @@ type downCmd struct {
 }
 
 func (c *upCmd) Run(e *env) error {
+	if c.Detach && !detach.Child() {
+		return c.detach(e)
+	}
+	if detach.Child() {
+		// Its parent may be gone before it is ready: output is then
+		// lost, not fatal.
+		signal.Ignore(syscall.SIGPIPE)
+	}
 	targets := []pipeline.Target{pipeline.Systemd}
 	if pipeline.Target(c.Target) == pipeline.CloudInit {
 		targets = append(targets, pipeline.CloudInit)
@@ -71,12 +84,25 @@ func (c *upCmd) Run(e *env) error {
 		Now:       time.Now,
 		Timeout:   c.Timeout,
 		Recover:   c.Recover,
+		Egress:    c.Egress,
+		Uplink:    c.Uplink,
 	})
 	if err != nil {
 		return statusError{code: exitProblems, msg: err.Error()}
 	}
-	fmt.Fprintf(e.stdout, "cluster %s is up (%s) in %s; kubeconfig: %s\n`kcompile node status --work %s` shows its nodes; Ctrl-C or `kcompile down --work %s` stops it.\n",
-		out.Cluster.Name, plural(len(out.Cluster.Nodes), "node"), e.progress.took(), cluster.Kubeconfig(), work, work)
+	if detach.Child() {
+		log := filepath.Join(work, "control", "up.log")
+		fmt.Fprintf(e.stdout, "cluster %s is up (%s) in %s; kubeconfig: %s\nit runs in the background (pid %d, log %s); `kcompile node status --work %s` shows its nodes; `kcompile down --work %s` stops it.\n",
+			out.Cluster.Name, plural(len(out.Cluster.Nodes), "node"), e.progress.took(), cluster.Kubeconfig(), os.Getpid(), log, work, work)
+		if err := detach.Ready(log); err != nil {
+			dctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			return errors.Join(fmt.Errorf("going on in the background: %w", err), cluster.Down(dctx))
+		}
+	} else {
+		fmt.Fprintf(e.stdout, "cluster %s is up (%s) in %s; kubeconfig: %s\n`kcompile node status --work %s` shows its nodes; Ctrl-C or `kcompile down --work %s` stops it.\n",
+			out.Cluster.Name, plural(len(out.Cluster.Nodes), "node"), e.progress.took(), cluster.Kubeconfig(), work, work)
+	}
 	werr := cluster.Wait(ctx)
 	stop()
 	dctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -86,6 +112,27 @@ func (c *upCmd) Run(e *env) error {
 	}
 	if werr != nil {
 		return statusError{code: exitProblems, msg: werr.Error()}
+	}
+	return nil
+}
+
+// detach runs this very command again as a background process and
+// returns once its cluster is up, or with its exit status when it fails.
+func (c *upCmd) detach(e *env) error {
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
+	defer stop()
+	e.progress.pause()
+	if _, err := detach.Start(ctx, exe, os.Args, os.Environ(), e.stdout, e.stderr); err != nil {
+		var exit *exec.ExitError
+		if errors.As(err, &exit) && exit.ExitCode() > 0 {
+			// The child said why.
+			return statusError{code: exit.ExitCode()}
+		}
+		return err
 	}
 	return nil
 }

@@ -40,6 +40,9 @@ type hostFacts struct {
 	// kernel is what the host's kernel has of the modules the nodes
 	// load.
 	kernel kernelFacts
+	// conntrack are the host's connection tracking limits, which
+	// kube-proxy raises.
+	conntrack conntrackFacts
 }
 
 // readHostFacts reads /proc for what the adjustments depend on.
@@ -70,7 +73,10 @@ func readHostFacts() (hostFacts, error) {
 			h.noSysResource = bits&(1<<capSysResource) == 0
 		}
 	}
-	h.kernel, err = readKernelFacts()
+	if h.kernel, err = readKernelFacts(); err != nil {
+		return h, err
+	}
+	h.conntrack, err = readConntrackFacts()
 	return h, err
 }
 
@@ -121,9 +127,8 @@ func decide(c *ir.Cluster, p *plan, h hostFacts, target pipeline.Target, mirror 
 	a.add("sysfs-net", "a sysfs of the machine's own network namespace over /sys/class/net and /sys/devices/virtual/net",
 		"systemd-nspawn --network-namespace-path shows the host's devices there; cloud-init matches the spec's MAC through it, and the kubelet reads its interfaces")
 
-	if have, lack := h.kernel.split(clusterModules(c)); len(lack) > 0 {
-		return nil, fmt.Errorf("the nodes load the kernel modules %s, which this host's kernel has neither built in nor loaded (a machine cannot load modules)", strings.Join(lack, ", "))
-	} else if len(have) > 0 {
+	// Check refused a cluster whose modules the kernel lacks.
+	if have, _ := h.kernel.split(clusterModules(c)); len(have) > 0 {
 		release := h.kernel.release
 		a.files[layout.ModulesDir+release+"/modules.builtin"] = modulesBuiltin(have)
 		init.WriteString("# The modules.builtin stand-in's indexes, for modprobe.\nd=" + layout.Abs(layout.ModulesDir) + "$(uname -r)\nif [ -f \"$d/modules.builtin\" ] && [ ! -f \"$d/modules.builtin.bin\" ]; then depmod 2>/dev/null; fi\n")
@@ -163,6 +168,17 @@ func decide(c *ir.Cluster, p *plan, h hostFacts, target pipeline.Target, mirror 
 	a.files[layout.ResolvConf] = resolvConf(c, p)
 	a.add("resolv-conf", layout.Abs(layout.ResolvConf)+" written in each machine ("+strings.TrimSpace(strings.ReplaceAll(string(a.files[layout.ResolvConf]), "\n", "; "))+")",
 		"a host's resolver configuration is the installed system's business, not the tree's; the spec's network.nameservers, or else the gateway")
+	if len(p.hosts) > 0 {
+		hosts := "# Written by kcompile up.\n" + localHosts
+		var names []string
+		for _, e := range p.hosts {
+			hosts += e.addr.String() + "\t" + e.name + "\n"
+			names = append(names, e.name+" "+e.addr.String())
+		}
+		a.files[layout.Hosts] = []byte(hosts)
+		a.add("hosts", layout.Abs(layout.Hosts)+" written in each machine, naming "+strings.Join(names, ", "),
+			"the endpoint is given by name and the machines resolve no names; the address is what the name resolves to on this host")
+	}
 	if target != pipeline.CloudInit {
 		a.files[layout.CloudInitOff] = []byte("# kcompile up: the systemd target carries no cloud-init seed.\n")
 		a.add("cloud-init-disabled", "cloud-init disabled ("+layout.CloudInitOff+")",
@@ -226,6 +242,9 @@ func resolvConf(c *ir.Cluster, p *plan) []byte {
 	var b bytes.Buffer
 	b.WriteString("# Written by kcompile up.\n")
 	servers := c.Network.Nameservers
+	if len(servers) == 0 && p.egress != nil {
+		servers = p.egress.resolvers
+	}
 	if len(servers) == 0 {
 		for _, g := range p.gateways {
 			servers = append(servers, g.Addr())

@@ -19,6 +19,7 @@ import (
 
 	"github.com/kcompile/kcompile/compiler"
 	"github.com/kcompile/kcompile/compiler/pki"
+	"github.com/kcompile/kcompile/internal/detach"
 	"github.com/kcompile/kcompile/internal/fixture"
 	"github.com/kcompile/kcompile/pipeline"
 )
@@ -27,23 +28,31 @@ import (
 // its own (TestMain), which TestUpCrash kills as a user's kill -9 or a
 // dropped SSH session would.
 const (
-	upChildSpec = "KCOMPILE_TEST_UP_SPEC"
-	upChildWork = "KCOMPILE_TEST_UP_WORK"
+	upChildSpec  = "KCOMPILE_TEST_UP_SPEC"
+	upChildWork  = "KCOMPILE_TEST_UP_WORK"
+	upChildCache = "KCOMPILE_TEST_UP_CACHE"
 )
 
 func TestMain(m *testing.M) {
 	if spec := os.Getenv(upChildSpec); spec != "" {
-		os.Exit(upChild(spec, os.Getenv(upChildWork)))
+		cache := os.Getenv(upChildCache)
+		if cache == "" {
+			cache = "/var/cache/kcompile"
+		}
+		os.Exit(upChild(spec, os.Getenv(upChildWork), cache))
 	}
 	if addr := os.Getenv(listenChild); addr != "" {
 		os.Exit(listenUntilEOF(addr))
+	}
+	if addr := os.Getenv(serveChild); addr != "" {
+		os.Exit(serveUntilEOF(addr))
 	}
 	os.Exit(m.Run())
 }
 
 // upChild boots the spec as kcompile up does and runs it until a signal,
 // saying what went wrong on stderr and exiting 1 then.
-func upChild(spec, work string) int {
+func upChild(spec, work, cache string) int {
 	fail := func(err error) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -63,11 +72,17 @@ func upChild(spec, work string) int {
 	defer stop()
 	c, err := Up(ctx, Config{
 		Cluster: out.Cluster, Systemd: out.Trees[pipeline.Systemd], Target: pipeline.Systemd, Work: work,
-		Cache: "/var/cache/kcompile", Binaries: fixture.Path(".bin/node"), Images: fixture.Path(".bin/images"),
+		Cache: cache, Binaries: fixture.Path(".bin/node"), Images: fixture.Path(".bin/images"),
 		Version: "test", Log: os.Stderr, Now: time.Now,
 	})
 	if err != nil {
 		return fail(err)
+	}
+	if detach.Child() {
+		fmt.Printf("cluster %s is up\n", out.Cluster.Name)
+		if err := detach.Ready(filepath.Join(work, "control", "up.log")); err != nil {
+			return fail(err)
+		}
 	}
 	_ = c.Wait(ctx)
 	dctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -85,10 +100,10 @@ type child struct {
 	done   chan error
 }
 
-func startUp(t *testing.T, spec, work string) *child {
+func startUp(t *testing.T, spec, work string, env ...string) *child {
 	t.Helper()
 	c := &child{cmd: exec.Command(os.Args[0], "-test.run=^$"), done: make(chan error, 1)}
-	c.cmd.Env = append(os.Environ(), upChildSpec+"="+spec, upChildWork+"="+work)
+	c.cmd.Env = append(append(os.Environ(), upChildSpec+"="+spec, upChildWork+"="+work), env...)
 	c.cmd.Stderr = &c.stderr
 	if err := c.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -221,6 +236,100 @@ func crash(t *testing.T, out *pipeline.Output, spec, work string) {
 		t.Errorf("the work directory up made survived down: %v", err)
 	}
 
-	// Killed again, for the caller's --recover.
-	killMidBoot(t, startUp(t, spec, work), work)
+	// Another, detached as up --detach does, killed once its cluster is
+	// up, for the caller's --recover.
+	var said bytes.Buffer
+	ctx, cancel = context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	pid, err := detach.Start(ctx, os.Args[0], []string{os.Args[0], "-test.run=^$"}, append(os.Environ(), upChildSpec+"="+spec, upChildWork+"="+work), &said, &said)
+	if err != nil {
+		t.Fatalf("the detached up: %v\n%s", err, said.String())
+	}
+	if !strings.Contains(said.String(), "cluster lab is up") {
+		t.Errorf("the detached up said, before it went on in the background:\n%s", said.String())
+	}
+	ctl, err := Dial(work)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := ctl.Status(t.Context()); err != nil || len(st.Nodes) != 1 || st.Nodes[0].State != "running" {
+		t.Fatalf("the detached up's status: %+v, %v", st, err)
+	}
+	if _, err := os.Stat(filepath.Join(work, "control", "up.log")); err != nil {
+		t.Errorf("the detached up has no log: %v", err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	// The test is its parent (up's command exits instead): reap it.
+	var ws syscall.WaitStatus
+	if _, err := syscall.Wait4(pid, &ws, 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	s, err := ReadState(work)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := s.leftovers(work); len(l) == 0 || !strings.Contains(l[0], "machines still running") {
+		t.Fatalf("after a kill -9 of an up whose cluster was up, the journal names %q", l)
+	}
+}
+
+// TestUpStopsWhileTheImageIsBuilt: SIGTERM while debootstrap builds the
+// base image ends up within 5 s, with the partial image and everything
+// else it made removed.
+func TestUpStopsWhileTheImageIsBuilt(t *testing.T) {
+	bootInputs(t)
+	spec := fixture.Path("examples/single-node")
+	cache, work := t.TempDir(), filepath.Join(t.TempDir(), "work")
+	out := compileFor(t, spec, pipeline.Systemd)
+	p, err := newPlan(out.Cluster, work)
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := readHost(t)
+	up := startUp(t, spec, work, upChildCache+"="+cache)
+	building := func() []string {
+		var pids []string
+		procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+		for _, f := range procs {
+			if data, err := os.ReadFile(f); err == nil && strings.Contains(string(data), cache) {
+				pids = append(pids, filepath.Base(filepath.Dir(f)))
+			}
+		}
+		return pids
+	}
+	eventually(t, 2*time.Minute, "debootstrap building the image", func() error {
+		select {
+		case err := <-up.done:
+			t.Fatalf("up ended before it built the image: %v", err)
+		default:
+		}
+		if len(building()) == 0 {
+			return errors.New("no process builds in the cache yet")
+		}
+		return nil
+	})
+	time.Sleep(2 * time.Second)
+	sent := time.Now()
+	if err := up.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-up.done:
+	case <-time.After(5 * time.Second):
+		t.Fatalf("up still runs 5 s after SIGTERM")
+	}
+	t.Logf("up ended %.1fs after SIGTERM", time.Since(sent).Seconds())
+	if msg := up.stderr.String(); up.cmd.ProcessState.ExitCode() != 1 || !strings.Contains(msg, "the partial image was removed") {
+		t.Errorf("up exited %d saying:\n%s", up.cmd.ProcessState.ExitCode(), msg)
+	}
+	if pids := building(); len(pids) > 0 {
+		t.Errorf("processes of the build still run: %v", pids)
+	}
+	entries, _ := os.ReadDir(filepath.Join(cache, "images"))
+	for _, e := range entries {
+		t.Errorf("the cache holds %s after an interrupted build", e.Name())
+	}
+	assertNothingLeft(t, p, work, host)
 }

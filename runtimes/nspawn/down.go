@@ -107,6 +107,8 @@ func undo(ctx context.Context, j *journal, log io.Writer) (own bool, err error) 
 			err = deleteNetns(r.Name)
 		case KindLink:
 			err = deleteLink(r.Name)
+		case KindNftTable:
+			err = deleteNftTable(r.Name)
 		case KindDir:
 			if r.Name == work {
 				own = true

@@ -209,7 +209,7 @@ func finishImage(root string) error {
 	if err := write(layout.MachineID, nil, 0o444); err != nil {
 		return err
 	}
-	if err := write(layout.Hosts, []byte("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"), 0o644); err != nil {
+	if err := write(layout.Hosts, []byte(localHosts), 0o644); err != nil {
 		return err
 	}
 	// cloud-init: NoCloud only (no network probing for other clouds), a
@@ -245,3 +245,6 @@ func finishImage(root string) error {
 	}
 	return nil
 }
+
+// localHosts is the image's /etc/hosts.
+const localHosts = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"

@@ -150,3 +150,55 @@ func modulesBuiltin(mods []string) []byte {
 	}
 	return b.Bytes()
 }
+
+// why says which modules the nodes load that this kernel lacks: a
+// machine cannot load a module, so the host must have it first.
+func (k kernelFacts) why(c *ir.Cluster) []string {
+	_, lack := k.split(clusterModules(c))
+	if len(lack) == 0 {
+		return nil
+	}
+	var ipvs, other []string
+	for _, m := range lack {
+		if strings.HasPrefix(m, "ip_vs") {
+			ipvs = append(ipvs, m)
+		} else {
+			other = append(other, m)
+		}
+	}
+	var why []string
+	if len(ipvs) > 0 {
+		why = append(why, fmt.Sprintf("network.kubeProxy.mode ipvs: kube-proxy needs the kernel's IPVS (%s), which this host's kernel %s has neither built in nor loaded (%s), and a machine cannot load modules; use nftables or iptables here, or boot on a host whose kernel has IPVS",
+			strings.Join(ipvs, ", "), k.release, k.state(ipvs)))
+	}
+	if len(other) > 0 {
+		why = append(why, fmt.Sprintf("the nodes load the kernel modules %s, which this host's kernel %s has neither built in nor loaded (%s), and a machine cannot load modules",
+			strings.Join(other, ", "), k.release, k.state(other)))
+	}
+	return why
+}
+
+// state says what the kernel's configuration says of mods, and the fix.
+func (k kernelFacts) state(mods []string) string {
+	if len(k.config) == 0 {
+		return "the kernel publishes no /proc/config.gz to tell whether it could; modprobe " + strings.Join(mods, " ") + " on the host first, if it can"
+	}
+	syms := moduleSymbols()
+	var loadable, absent []string
+	for _, m := range mods {
+		switch k.config[syms[m]] {
+		case "m":
+			loadable = append(loadable, m)
+		default:
+			absent = append(absent, syms[m])
+		}
+	}
+	var s []string
+	if len(absent) > 0 {
+		s = append(s, "its configuration does not set "+strings.Join(absent, ", "))
+	}
+	if len(loadable) > 0 {
+		s = append(s, "built as modules but not loaded: modprobe "+strings.Join(loadable, " ")+" on the host first")
+	}
+	return strings.Join(s, "; ")
+}

@@ -31,6 +31,16 @@ type plan struct {
 	endpoint netip.AddrPort
 	machines []*machine
 	mtu      int
+	// hosts are names the machines resolve through /etc/hosts: an
+	// endpoint given by name.
+	hosts []hostEntry
+	// egress is up --egress; nil without.
+	egress *egress
+}
+
+type hostEntry struct {
+	addr netip.Addr
+	name string
 }
 
 // newPlan lays the cluster out on the host. work is the absolute work
@@ -97,6 +107,29 @@ func newPlan(c *ir.Cluster, work string) (*plan, error) {
 		}
 	}
 	return p, nil
+}
+
+// named serves an endpoint given by name at the address a it resolved
+// to, as newPlan does an endpoint address: up's balancer there, unless a
+// node holds it. It refuses an address up itself holds on the bridge.
+func (p *plan) named(c *ir.Cluster, a netip.Addr) error {
+	for _, g := range p.gateways {
+		if g.Addr() == a {
+			return fmt.Errorf("controlPlane.endpoint.host %q resolves to %s, the host's own address on up's bridge (the nodes' gateway): map it to a free address of the node network", c.Endpoint.Host, a)
+		}
+	}
+	p.hosts = append(p.hosts, hostEntry{addr: a, name: c.Endpoint.Host})
+	for _, m := range p.machines {
+		for _, ma := range m.addrs {
+			if ma.Addr() == a {
+				return nil
+			}
+		}
+	}
+	if c.Endpoint.Mode != ir.EndpointVIP {
+		p.endpoint = netip.AddrPortFrom(a, uint16(c.Endpoint.Port))
+	}
+	return nil
 }
 
 // networkOf is the node network holding a.

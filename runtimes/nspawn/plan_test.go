@@ -268,7 +268,7 @@ func TestCheckRefusesWhatCannotBootHere(t *testing.T) {
 		t.Errorf("calico accepted:\n%s", why)
 	}
 	why = strings.Join(Check(fixture.Cluster(t, "external-etcd", nil)), "\n")
-	if !strings.Contains(why, `controlPlane.endpoint.host "api.core.example.com" is a DNS name`) {
+	if !strings.Contains(why, `controlPlane.endpoint.host "api.core.example.com" does not resolve on this host`) {
 		t.Errorf("an endpoint named by DNS accepted:\n%s", why)
 	}
 	why = strings.Join(Check(fixture.Cluster(t, "single-node", nil)), "\n")
@@ -307,7 +307,7 @@ func compileDir(t *testing.T, dir string, extra map[string]string) *ir.Cluster {
 
 func TestMirrorAddress(t *testing.T) {
 	regs := fakeRegistry{"ghcr.io", "registry.k8s.io", "registry.kcompile.test"}
-	three := fixture.Path("runtimes/nspawn/testdata/three-nodes")
+	three := fixture.Path("runtimes/nspawn/testdata/nodelocal")
 	for _, tc := range []struct {
 		name    string
 		cluster *ir.Cluster
@@ -387,6 +387,8 @@ func TestReadmeListsEveryAdjustment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// As if the endpoint were given by name.
+	p.hosts = []hostEntry{{addr: c.Endpoint.Address, name: "api.example.test"}}
 	applied := map[string]bool{}
 	for _, target := range []pipeline.Target{pipeline.Systemd, pipeline.CloudInit} {
 		a, err := decide(c, p, everyFact(), target, "registry.k8s.io → http://10.0.0.1:5000")

@@ -120,7 +120,7 @@ func (r Resource) valid(work string) error {
 		if err != nil || !filepath.IsAbs(r.Name) || rel == ".." || strings.HasPrefix(rel, "../") {
 			return fmt.Errorf("directory %q is outside the work directory", r.Name)
 		}
-	case KindNetns, KindLink:
+	case KindNetns, KindLink, KindNftTable:
 		if !strings.HasPrefix(r.Name, namePrefix) {
 			return fmt.Errorf("%s %q is not one of kcompile up's", r.Kind, r.Name)
 		}
@@ -185,7 +185,7 @@ func (r Resource) signal(sig syscall.Signal) {
 // leftovers names what of a journal still exists on the host: machines
 // that run, namespaces, devices and directories.
 func (s *State) leftovers(work string) []string {
-	var machines, netns, links []string
+	var machines, netns, links, tables []string
 	dirs := 0
 	for _, r := range s.Resources {
 		switch {
@@ -195,6 +195,8 @@ func (s *State) leftovers(work string) []string {
 			netns = append(netns, r.Name)
 		case r.Kind == KindLink && linkExists(r.Name):
 			links = append(links, r.Name)
+		case r.Kind == KindNftTable && nftTableExists(r.Name):
+			tables = append(tables, "inet "+r.Name)
 		case r.Kind == KindDir:
 			if _, err := os.Lstat(r.Name); err == nil {
 				dirs++
@@ -210,6 +212,9 @@ func (s *State) leftovers(work string) []string {
 	}
 	if len(links) > 0 {
 		out = append(out, "devices "+strings.Join(links, ", "))
+	}
+	if len(tables) > 0 {
+		out = append(out, "nftables tables "+strings.Join(tables, ", "))
 	}
 	switch {
 	case dirs == 1:

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net"
 	"net/http"
 	"net/netip"
 	"os"
@@ -79,6 +80,13 @@ type Config struct {
 	// terminal closed), then boots; without it such leftovers are named
 	// and nothing is done.
 	Recover bool
+	// Resolve looks up an endpoint given by name; nil: the host's
+	// resolver.
+	Resolve Resolver
+	// Egress gives the nodes NAT to the host's uplink: Uplink, or the
+	// device of the host's default route.
+	Egress bool
+	Uplink string
 }
 
 // Registry is the image registry up serves to the machines.
@@ -115,8 +123,26 @@ type Cluster struct {
 	control *http.Server
 	// downed says Down ran.
 	downed bool
+	// phases are when each step of the boot ended.
+	phases []Phase
 	// kube is the API client of the cluster's super-admin.conf.
 	kube *kube
+}
+
+// Phase is a step of the boot and when it ended, after up started.
+type Phase struct {
+	Name  string
+	Ended time.Duration
+}
+
+// Phases are the boot's steps in order: the base image ready, the
+// network made and the images served, the machines started, etcd's
+// quorum, the API ready, the addons applied, every node Ready (kubelet
+// and CNI), every addon running.
+func (c *Cluster) Phases() []Phase { return slices.Clone(c.phases) }
+
+func (c *Cluster) phase(name string) {
+	c.phases = append(c.phases, Phase{Name: name, Ended: c.cfg.Now().Sub(c.start)})
 }
 
 // Adjustments are what up applied beyond the compiled tree.
@@ -135,17 +161,43 @@ func (c *Cluster) logf(format string, args ...any) {
 	fmt.Fprintf(c.cfg.Log, "[%6.1fs] %s\n", d.Seconds(), fmt.Sprintf(format, args...))
 }
 
-// Check says why a cluster cannot be booted here, before anything is
-// made: what it says is all there is to fix.
+// Check says why a cluster cannot be booted on this host, before
+// anything is made: what it says is all there is to fix.
 func Check(c *ir.Cluster) []string {
-	var why []string
+	h, err := readHostFacts()
+	if err != nil {
+		return []string{"reading the host: " + err.Error()}
+	}
+	why, _ := check(context.Background(), c, h, nil)
+	return why
+}
+
+// Why up cannot boot calico and cilium (found on 2026-12-02; README,
+// "kcompile up"): up serves only images it builds from the Go module
+// proxy.
+const (
+	calicoRefusal = "the Go module proxy serves no release of github.com/projectcalico/calico (its v3 tags are no versions of that module path; v3.30.3 answers 403), and its only pseudo-version imports github.com/projectcalico/api, which its go.mod replaces with ./api, a nested module that is in no module zip and that the proxy does not serve, so calico-node and the calico CNI plugin cannot be built here"
+	ciliumRefusal = "cilium-agent loads eBPF programs, and systemd-nspawn's system-call filter denies bpf() and perf_event_open() to up's machines (EPERM); the agent also compiles its datapath with clang 18.1 or later inside the machine, which up's image does not carry, and cilium v1.20.2's operator imports sigs.k8s.io/mcs-api/controllers v0.5.2, which the Go module proxy does not serve"
+)
+
+// Resolver looks a host name up as the host does (/etc/hosts, DNS).
+type Resolver func(ctx context.Context, host string) ([]netip.Addr, error)
+
+// check is Check on the host h, with names resolved by resolve (nil:
+// the host's resolver). It returns the address a named endpoint
+// resolves to, which the machines are given in their /etc/hosts.
+func check(ctx context.Context, c *ir.Cluster, h hostFacts, resolve Resolver) (why []string, endpoint netip.Addr) {
 	switch c.Network.CNI.Plugin {
 	case "flannel":
 		if c.Network.CNI.Mode == "wireguard" {
 			why = append(why, "network.cni.mode wireguard: this host's kernel cannot make wireguard devices inside a namespace; use vxlan or host-gw")
 		}
+	case "calico":
+		why = append(why, "network.cni.plugin calico: "+calicoRefusal+"; up boots flannel clusters (vxlan or host-gw)")
+	case "cilium":
+		why = append(why, "network.cni.plugin cilium: "+ciliumRefusal+"; up boots flannel clusters (vxlan or host-gw)")
 	default:
-		why = append(why, fmt.Sprintf("network.cni.plugin %s: its images cannot be built from Go sources here, so up cannot serve them; up boots flannel clusters", c.Network.CNI.Plugin))
+		why = append(why, fmt.Sprintf("network.cni.plugin %s: up boots flannel clusters (vxlan or host-gw)", c.Network.CNI.Plugin))
 	}
 	if c.Runtime.Engine != "containerd" {
 		why = append(why, fmt.Sprintf("runtime.engine %s: up boots containerd nodes only", c.Runtime.Engine))
@@ -157,13 +209,13 @@ func Check(c *ir.Cluster) []string {
 		}
 	}
 	if e := c.Endpoint; e.Host != "" && !e.Address.IsValid() {
-		// The machines resolve no names: nothing serves DNS on up's
-		// bridge, and they reach no other network.
-		why = append(why, fmt.Sprintf("controlPlane.endpoint.host %q is a DNS name, which up's machines cannot resolve (no DNS server reaches them); for up, give the endpoint an address on a node network (controlPlane.endpoint.address)", e.Host))
+		var err error
+		if endpoint, err = resolveEndpoint(ctx, c, resolve); err != nil {
+			why = append(why, err.Error())
+		}
 	}
-	if c.Network.KubeProxyMode == "ipvs" {
-		why = append(why, "network.kubeProxy.mode ipvs: this host's kernel has no IPVS modules and none can be loaded; use nftables or iptables")
-	}
+	why = append(why, h.kernel.why(c)...)
+	why = append(why, h.conntrack.why(c)...)
 	for _, tool := range []string{"systemd-nspawn", "ip", "unshare", "nsenter"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			why = append(why, tool+" is not installed (Debian: systemd-container, iproute2, util-linux)")
@@ -172,13 +224,61 @@ func Check(c *ir.Cluster) []string {
 	if os.Geteuid() != 0 {
 		why = append(why, "up makes network namespaces, devices and machines: run it as root")
 	}
-	return why
+	return why, endpoint
+}
+
+// resolveEndpoint is the address an endpoint given by name resolves to
+// on this host, which must lie on a node network: the machines resolve
+// no names (nothing serves DNS on up's bridge), so up writes the answer
+// into their /etc/hosts, and serves the endpoint there unless the nodes
+// hold it (mode vip).
+func resolveEndpoint(ctx context.Context, c *ir.Cluster, resolve Resolver) (netip.Addr, error) {
+	host := c.Endpoint.Host
+	if resolve == nil {
+		resolve = func(ctx context.Context, host string) ([]netip.Addr, error) {
+			return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	addrs, err := resolve(ctx, host)
+	if err != nil || len(addrs) == 0 {
+		return netip.Addr{}, fmt.Errorf("controlPlane.endpoint.host %q does not resolve on this host (%v), and up's machines resolve only what up tells them; map it to an address on a node network (%s) in the host's /etc/hosts, or give controlPlane.endpoint.address", host, err, prefixList(c.Network.NodeNetworks))
+	}
+	for _, a := range addrs {
+		a = a.Unmap()
+		if _, ok := networkOf(c, a); ok {
+			return a, nil
+		}
+	}
+	return netip.Addr{}, fmt.Errorf("controlPlane.endpoint.host %q resolves on this host to %s, on no node network (%s): up's machines could not reach it; map the name to an address on a node network in the host's /etc/hosts, or give controlPlane.endpoint.address", host, addrList(addrs), prefixList(c.Network.NodeNetworks))
+}
+
+func prefixList(ps []netip.Prefix) string {
+	s := make([]string, len(ps))
+	for i, p := range ps {
+		s[i] = p.String()
+	}
+	return strings.Join(s, ", ")
+}
+
+func addrList(as []netip.Addr) string {
+	s := make([]string, len(as))
+	for i, a := range as {
+		s[i] = a.String()
+	}
+	return strings.Join(s, ", ")
 }
 
 // Up boots the cluster and returns when every node is Ready and the
 // addons are running; on failure everything made is removed again.
 func Up(ctx context.Context, cfg Config) (_ *Cluster, err error) {
-	if why := Check(cfg.Cluster); len(why) > 0 {
+	h, err := readHostFacts()
+	if err != nil {
+		return nil, fmt.Errorf("reading the host: %w", err)
+	}
+	why, named := check(ctx, cfg.Cluster, h, cfg.Resolve)
+	if len(why) > 0 {
 		return nil, fmt.Errorf("this cluster cannot be booted here; nothing was started:\n  %s", strings.Join(why, "\n  "))
 	}
 	if cfg.Registry == nil {
@@ -226,9 +326,16 @@ func Up(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	if cfg.Target == pipeline.CloudInit && cfg.CloudInit == nil {
 		return nil, errors.New("kcompile bug: the cloud-init target without its tree")
 	}
-	h, err := readHostFacts()
-	if err != nil {
-		return nil, err
+	if named.IsValid() {
+		if err := p.named(cfg.Cluster, named); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.Egress {
+		var why []string
+		if p.egress, why = planEgress(ctx, cfg.Cluster, p, cfg.Uplink); len(why) > 0 {
+			return nil, fmt.Errorf("the host is not ready for this cluster; nothing was made:\n  %s", strings.Join(why, "\n  "))
+		}
 	}
 	c := &Cluster{cfg: cfg, p: p, events: make(chan *machine, len(p.machines)), start: cfg.Now(), lock: lock}
 	mirror, mirrorAdjust, err := c.mirrorAddress()
@@ -400,6 +507,7 @@ func (c *Cluster) prepare(ctx context.Context) error {
 			return err
 		}
 	}
+	c.phase("image")
 	if _, err := os.Stat(filepath.Join(c.image, layout.SystemdInit)); err != nil {
 		return fmt.Errorf("image %s has no %s: it is not a systemd root file system", c.image, layout.Abs(layout.SystemdInit))
 	}
@@ -410,6 +518,11 @@ func (c *Cluster) prepare(ctx context.Context) error {
 	c.binaries = binaries
 	if err := c.bridge(); err != nil {
 		return err
+	}
+	if c.p.egress != nil {
+		if err := c.startEgress(); err != nil {
+			return err
+		}
 	}
 	if cfg.Registry != nil {
 		// An interrupt while the images are built ends the building;
@@ -424,8 +537,11 @@ func (c *Cluster) prepare(ctx context.Context) error {
 			return fmt.Errorf("image registry on %s: %v", c.mirror, err)
 		}
 		c.logf("image registry serving on %s", c.mirror)
-		c.logf("the nodes have no egress: they pull only the images up serves (%s); a pod of any other image waits in ImagePullBackOff, and kcompile node status names it", strings.Join(cfg.Registry.Refs(), ", "))
+		if c.p.egress == nil {
+			c.logf("the nodes have no egress (up --egress gives them some): they pull only the images up serves (%s); a pod of any other image waits in ImagePullBackOff, and kcompile node status names it", strings.Join(cfg.Registry.Refs(), ", "))
+		}
 	}
+	c.phase("registry")
 	if c.p.endpoint.IsValid() {
 		var backends []netip.AddrPort
 		for _, m := range c.p.machines {
@@ -732,6 +848,7 @@ func (c *Cluster) bootAll() error {
 		}
 	}
 	c.logf("machines started: %d", len(c.p.machines))
+	c.phase("machines")
 	return nil
 }
 
@@ -787,6 +904,7 @@ func (c *Cluster) waitReady(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
+	c.phase("etcd")
 	if err := poll("API", func() (bool, string) {
 		if k.ready(ctx) {
 			return true, "ready (" + c.cfg.Cluster.Endpoint.URL() + "/readyz)"
@@ -795,6 +913,7 @@ func (c *Cluster) waitReady(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
+	c.phase("api")
 	addons := tree.Files()
 	for _, f := range addons {
 		rel, ok := strings.CutPrefix(f.Path, layout.ClusterTree("addons/"))
@@ -813,6 +932,7 @@ func (c *Cluster) waitReady(ctx context.Context) error {
 			return err
 		}
 	}
+	c.phase("addons-applied")
 	want := 0
 	for _, m := range c.p.machines {
 		if m.node.RunsPods() {
@@ -834,11 +954,13 @@ func (c *Cluster) waitReady(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
+	c.phase("nodes-ready")
 	if err := poll("addons", func() (bool, string) {
 		return k.workloadsReady(ctx)
 	}); err != nil {
 		return err
 	}
+	c.phase("addons-running")
 	c.logf("cluster %s is up: kubectl --kubeconfig %s get nodes", c.cfg.Cluster.Name, c.Kubeconfig())
 	return nil
 }
