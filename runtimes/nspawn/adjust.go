@@ -152,6 +152,15 @@ func decide(c *ir.Cluster, p *plan, h hostFacts, target pipeline.Target, mirror 
 		init.WriteString("# Files over the sysctls the kubelet sets, which are not per-namespace\n# and so read-only in a machine.\nfor s in vm/overcommit_memory kernel/panic kernel/panic_on_oops; do\n\tmount --bind \"" + layout.Abs(layout.UpSysctlDir) + "$(echo \"$s\" | tr / .)\" \"/proc/sys/$s\"\ndone\n")
 		a.add("sysctl-files", "files bound over /proc/sys/vm/overcommit_memory, kernel/panic and kernel/panic_on_oops (1, 10, 1)",
 			"the kubelet writes these host-wide sysctls, which a machine may not change")
+		if h.cgroupV1 {
+			// A machine's systemd sees its cgroups above its own root
+			// ("/.." in /proc/1/cgroup): it never hears that a
+			// container's scope emptied, and a halt waits out every
+			// scope's stop timeout.
+			a.files[layout.UnitDropIn(containerScopePrefix, layout.UpDropIn)] = []byte("# Written by kcompile up: on a cgroup v1 host systemd in a machine is\n# not told that a container's scope emptied.\n[Scope]\nTimeoutStopSec=2s\n")
+			a.add("scope-stop", "containers' scopes stop within 2 s ("+layout.Abs(layout.UnitDropIn(containerScopePrefix, layout.UpDropIn))+")",
+				"this host has cgroup v1: systemd in a machine is not told when a container's scope empties, so a halt would wait out each scope's 90 s stop timeout after its processes are gone")
+		}
 		if h.cgroupV1 && c.Kubelet.FailCgroupV1 {
 			const why = "this host has cgroup v1 and the spec leaves kubelet.failCgroupV1 true; set it to false in the spec to compile this in"
 			a.overrides.KubeletArgs, a.overrides.KubeletWhy = []string{"--fail-cgroupv1=false"}, why
@@ -206,6 +215,10 @@ func decide(c *ir.Cluster, p *plan, h hostFacts, target pipeline.Target, mirror 
 	a.init = init.String()
 	return a, nil
 }
+
+// containerScopePrefix names, as a drop-in prefix, the scopes runc
+// makes for containerd's containers (cri-containerd-<id>.scope).
+const containerScopePrefix = "cri-containerd-.scope"
 
 // containerdWhy adds why containerd's configuration is changed.
 func (a *adjustments) containerdWhy(why string) {

@@ -139,6 +139,10 @@ func bootIn(t testing.TB, out *pipeline.Output, target pipeline.Target, work str
 			t.Errorf("down: %v", err)
 		}
 		t.Logf("down took %s", time.Since(start).Round(100*time.Millisecond))
+		// A healthy cluster halts: every machine in time, none forced.
+		if said := log.String(); strings.Contains(said, "stopped by force") {
+			t.Errorf("down had to force a machine:\n%s", said[max(0, strings.Index(said, "stopped by force")-80):])
+		}
 		assertNothingLeft(t, c.p, work, host)
 	})
 	return c

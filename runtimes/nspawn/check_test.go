@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kcompile/kcompile/compiler/ir"
 	"github.com/kcompile/kcompile/internal/fixture"
 	"github.com/kcompile/kcompile/pipeline"
 )
@@ -130,5 +131,31 @@ func TestCheckNamedEndpoint(t *testing.T) {
 	p, _ = newPlan(named, "/w")
 	if err := p.named(named, netip.MustParseAddr("192.168.50.10")); err != nil || p.endpoint.IsValid() || len(p.hosts) != 1 {
 		t.Errorf("the node's address as the endpoint: %v, endpoint %s", err, p.endpoint)
+	}
+}
+
+// TestCheckRefusesTheModesUpCannotBoot: each with its reason, the same
+// on any host.
+func TestCheckRefusesTheModesUpCannotBoot(t *testing.T) {
+	wireguard := compileDir(t, fixture.Path("examples/single-node"), map[string]string{"x.cue": "package cluster\nnetwork: cni: mode: \"wireguard\"\n"})
+	for _, tc := range []struct {
+		name    string
+		cluster *ir.Cluster
+		want    []string
+	}{
+		{"flannel wireguard", wireguard, []string{"network.cni.mode wireguard: this host's kernel cannot make wireguard devices inside a namespace"}},
+		{"calico", fixture.Cluster(t, "ha-stacked", nil), []string{"network.cni.plugin calico: the Go module proxy serves no release of github.com/projectcalico/calico", "./api, a nested module"}},
+		{"cilium", fixture.Cluster(t, "external-etcd", nil), []string{"network.cni.plugin cilium: cilium-agent loads eBPF programs", "denies bpf() and perf_event_open()", "clang 18.1"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			why, _ := check(t.Context(), tc.cluster, ampleHost(), resolveTo("10.0.0.1", "192.168.50.20", "10.40.0.5"))
+			var cni []string
+			for _, w := range why {
+				if strings.HasPrefix(w, "network.cni.") {
+					cni = append(cni, w)
+				}
+			}
+			wantOne(t, cni, "refusal", tc.want...)
+		})
 	}
 }
