@@ -368,6 +368,22 @@ func runWorkload(t testing.TB, k *kube, nodes []string) map[string]corev1.Pod {
 	return pods
 }
 
+// podToPod checks that the echo pod on node from reaches the one on
+// node to at its pod IP.
+func podToPod(t testing.TB, k *kube, pods map[string]corev1.Pod, from, to string) {
+	t.Helper()
+	eventually(t, time.Minute, "echo-"+to+" from echo-"+from, func() error {
+		r, err := viaPod(context.Background(), k, "echo-"+from, "/fetch", url.Values{"url": {"http://" + pods[to].Status.PodIP + ":8080/"}})
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(r.Body, `"hostname":"echo-`+to+`"`) {
+			return fmt.Errorf("echo-%s answered %q", to, r.Body)
+		}
+		return nil
+	})
+}
+
 // serviceIP is the ClusterIP of default/echo.
 func serviceIP(t testing.TB, k *kube) string {
 	t.Helper()
@@ -618,16 +634,7 @@ func TestUpNodeLocal(t *testing.T) {
 
 	// Pod to pod across nodes, and the Service by name through
 	// kube-proxy.
-	eventually(t, time.Minute, "echo-cp2 from echo-w1", func() error {
-		r, err := viaPod(ctx, k, "echo-w1", "/fetch", url.Values{"url": {"http://" + pods["cp2"].Status.PodIP + ":8080/"}})
-		if err != nil {
-			return err
-		}
-		if !strings.Contains(r.Body, `"hostname":"echo-cp2"`) {
-			return fmt.Errorf("echo-cp2 answered %q", r.Body)
-		}
-		return nil
-	})
+	podToPod(t, k, pods, "w1", "cp2")
 	t.Logf("%.0fs: DNS and pod to pod checked", time.Since(begin).Seconds())
 	ip := serviceIP(t, k)
 	seen := map[string]bool{}
@@ -1006,16 +1013,7 @@ func TestUpVIPFailover(t *testing.T) {
 	if links, err := c.Exec(ctx, "w1", "ip", "-o", "link", "show", "type", "vxlan"); err != nil || !strings.Contains(string(links), "flannel.1") {
 		t.Errorf("w1 has no flannel.1 VXLAN device (%v): %s", err, links)
 	}
-	eventually(t, time.Minute, "echo-cp3 from echo-w1", func() error {
-		r, err := viaPod(ctx, k, "echo-w1", "/fetch", url.Values{"url": {"http://" + pods["cp3"].Status.PodIP + ":8080/"}})
-		if err != nil {
-			return err
-		}
-		if !strings.Contains(r.Body, `"hostname":"echo-cp3"`) {
-			return fmt.Errorf("echo-cp3 answered %q", r.Body)
-		}
-		return nil
-	})
+	podToPod(t, k, pods, "w1", "cp3")
 	before := vipHolder(t, c, vip)
 	t.Logf("%s holds the VIP", before)
 	// keepalived runs its check of HAProxy every second: a sandbox that

@@ -18,6 +18,17 @@ func ampleHost() hostFacts {
 	return hostFacts{kernel: everyModule(), conntrack: conntrackFacts{max: 1 << 20, hashsize: 1 << 18, cpus: 2}}
 }
 
+// checkHere is check on this host, names resolved by its resolver.
+func checkHere(t *testing.T, c *ir.Cluster) []string {
+	t.Helper()
+	h, err := readHostFacts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	why, _ := check(t.Context(), c, h, nil)
+	return why
+}
+
 func resolveTo(addrs ...string) Resolver {
 	return func(context.Context, string) ([]netip.Addr, error) {
 		var as []netip.Addr
@@ -52,7 +63,7 @@ func TestCheckKernelModules(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, lack := live.split([]string{"ip_vs"})
-	why = Check(ipvs)
+	why = checkHere(t, ipvs)
 	refused := strings.Contains(strings.Join(why, "\n"), "network.kubeProxy.mode ipvs")
 	if refused != (len(lack) > 0) {
 		t.Errorf("this host lacks %v, and Check says %q", lack, why)

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"unicode"
 
 	"github.com/kcompile/kcompile/compiler/ir"
 )
@@ -28,8 +29,8 @@ type egress struct {
 	table string
 	// sources are the node networks masqueraded (IPv4).
 	sources []netip.Prefix
-	// resolvers are the host's name servers the machines use, when the
-	// spec names none.
+	// resolvers are the host's name servers, which the machines use
+	// when the spec names none (resolvConf).
 	resolvers []netip.Addr
 }
 
@@ -44,7 +45,10 @@ func planEgress(ctx context.Context, c *ir.Cluster, p *plan, uplink string) (*eg
 		}
 		uplink = dev
 	}
-	e := &egress{uplink: uplink, table: p.bridge + "-egress"}
+	if err := linkName(uplink); err != nil {
+		return nil, []string{fmt.Sprintf("--egress: %v (--uplink)", err)}
+	}
+	e := &egress{uplink: uplink, table: p.bridge + "-egress", resolvers: hostResolvers()}
 	if !linkExists(uplink) {
 		why = append(why, fmt.Sprintf("--egress: the host has no device %s to send the nodes' traffic out of (--uplink)", uplink))
 	} else if on, err := os.ReadFile("/proc/sys/net/ipv4/conf/" + uplink + "/forwarding"); err != nil {
@@ -63,10 +67,18 @@ func planEgress(ctx context.Context, c *ir.Cluster, p *plan, uplink string) (*eg
 	if _, err := exec.LookPath("nft"); err != nil {
 		why = append(why, "--egress: nft is not installed (Debian: nftables)")
 	}
-	if len(c.Network.Nameservers) == 0 {
-		e.resolvers = hostResolvers()
-	}
 	return e, why
+}
+
+// linkName refuses what Linux would not take for a device name
+// (dev_valid_name: 1 to 15 bytes, not . or .., no slash, colon or white
+// space) and what an nft string cannot hold (quotes, backslashes): it
+// becomes a path under /proc/sys and a word of the table's script.
+func linkName(name string) error {
+	if name == "" || len(name) > 15 || name == "." || name == ".." || strings.ContainsAny(name, "/:\"\\") || strings.IndexFunc(name, unicode.IsSpace) >= 0 {
+		return fmt.Errorf("%q is not a network device name", name)
+	}
+	return nil
 }
 
 // defaultRouteDevice is the device of the main table's IPv4 default
@@ -120,7 +132,7 @@ func (e *egress) ruleset(bridge string) string {
 	return fmt.Sprintf(`table inet %s {
 	chain postrouting {
 		type nat hook postrouting priority srcnat; policy accept;
-		iifname %q oifname %q ip saddr { %s } masquerade
+		iifname "%s" oifname "%s" ip saddr { %s } masquerade
 	}
 }
 `, e.table, bridge, e.uplink, strings.Join(srcs, ", "))

@@ -125,6 +125,8 @@ func TestEgressRefusesAnUplinkThatDoesNotForward(t *testing.T) {
 			t.Errorf("the table does not say %q:\n%s", want, rules)
 		}
 	}
+	_, why = planEgress(t.Context(), c, p, "../../../etc")
+	wantOne(t, why, "refusal", `"../../../etc" is not a network device name`)
 	_, why = planEgress(t.Context(), c, p, "kctest-none")
 	wantOne(t, why, "refusal", "no device kctest-none")
 	if err := (Resource{Kind: KindNftTable, Name: "filter"}).valid("/w"); err == nil {

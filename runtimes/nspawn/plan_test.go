@@ -263,15 +263,15 @@ func TestContainerdConfigKeepsTheCompiledOne(t *testing.T) {
 }
 
 func TestCheckRefusesWhatCannotBootHere(t *testing.T) {
-	why := strings.Join(Check(fixture.Cluster(t, "ha-stacked", nil)), "\n")
+	why := strings.Join(checkHere(t, fixture.Cluster(t, "ha-stacked", nil)), "\n")
 	if !strings.Contains(why, "network.cni.plugin calico") {
 		t.Errorf("calico accepted:\n%s", why)
 	}
-	why = strings.Join(Check(fixture.Cluster(t, "external-etcd", nil)), "\n")
+	why = strings.Join(checkHere(t, fixture.Cluster(t, "external-etcd", nil)), "\n")
 	if !strings.Contains(why, `controlPlane.endpoint.host "api.core.example.com" does not resolve on this host`) {
 		t.Errorf("an endpoint named by DNS accepted:\n%s", why)
 	}
-	why = strings.Join(Check(fixture.Cluster(t, "single-node", nil)), "\n")
+	why = strings.Join(checkHere(t, fixture.Cluster(t, "single-node", nil)), "\n")
 	if strings.Contains(why, "network.") || strings.Contains(why, "runtime.") || strings.Contains(why, "controlPlane.") {
 		t.Errorf("single-node refused:\n%s", why)
 	}

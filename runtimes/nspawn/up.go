@@ -161,17 +161,6 @@ func (c *Cluster) logf(format string, args ...any) {
 	fmt.Fprintf(c.cfg.Log, "[%6.1fs] %s\n", d.Seconds(), fmt.Sprintf(format, args...))
 }
 
-// Check says why a cluster cannot be booted on this host, before
-// anything is made: what it says is all there is to fix.
-func Check(c *ir.Cluster) []string {
-	h, err := readHostFacts()
-	if err != nil {
-		return []string{"reading the host: " + err.Error()}
-	}
-	why, _ := check(context.Background(), c, h, nil)
-	return why
-}
-
 // Why up cannot boot calico and cilium (found on 2026-12-02; README,
 // "kcompile up"): up serves only images it builds from the Go module
 // proxy.
@@ -183,9 +172,11 @@ const (
 // Resolver looks a host name up as the host does (/etc/hosts, DNS).
 type Resolver func(ctx context.Context, host string) ([]netip.Addr, error)
 
-// check is Check on the host h, with names resolved by resolve (nil:
-// the host's resolver). It returns the address a named endpoint
-// resolves to, which the machines are given in their /etc/hosts.
+// check says why a cluster cannot be booted on the host h, before
+// anything is made (what it says is all there is to fix), with names
+// resolved by resolve (nil: the host's resolver). It returns the address
+// a named endpoint resolves to, which the machines are given in their
+// /etc/hosts.
 func check(ctx context.Context, c *ir.Cluster, h hostFacts, resolve Resolver) (why []string, endpoint netip.Addr) {
 	switch c.Network.CNI.Plugin {
 	case "flannel":
