@@ -127,6 +127,14 @@ type Cluster struct {
 	phases []Phase
 	// kube is the API client of the cluster's super-admin.conf.
 	kube *kube
+	// served says when the registry's images were built and served.
+	served chan served
+}
+
+// served is the end of the registry's start.
+type served struct {
+	err error
+	at  time.Time
 }
 
 // Phase is a step of the boot and when it ended, after up started.
@@ -141,8 +149,17 @@ type Phase struct {
 // and CNI), every addon running.
 func (c *Cluster) Phases() []Phase { return slices.Clone(c.phases) }
 
-func (c *Cluster) phase(name string) {
-	c.phases = append(c.phases, Phase{Name: name, Ended: c.cfg.Now().Sub(c.start)})
+func (c *Cluster) phase(name string) { c.phaseAt(name, c.cfg.Now()) }
+
+// phaseAt records a phase that ended at t, in order of the ends: the
+// registry's, built beside the machines, is known only later.
+func (c *Cluster) phaseAt(name string, t time.Time) {
+	p := Phase{Name: name, Ended: t.Sub(c.start)}
+	i := len(c.phases)
+	for i > 0 && c.phases[i-1].Ended > p.Ended {
+		i--
+	}
+	c.phases = slices.Insert(c.phases, i, p)
 }
 
 // Adjustments are what up applied beyond the compiled tree.
@@ -516,23 +533,25 @@ func (c *Cluster) prepare(ctx context.Context) error {
 		}
 	}
 	if cfg.Registry != nil {
-		// An interrupt while the images are built ends the building;
-		// once they serve, only Down ends them.
-		served, stopServing := context.WithCancel(c.ctx)
+		// The images are built while the machines boot: nothing pulls
+		// before the addons are applied, and waitReady waits for the
+		// registry before it applies them. An interrupt while the images
+		// are built ends the building; once they serve, only Down ends
+		// them.
+		c.served = make(chan served, 1)
+		serving, stopServing := context.WithCancel(c.ctx)
 		interrupted := context.AfterFunc(ctx, stopServing)
-		err := cfg.Registry.Serve(served, c.mirror)
-		if !interrupted() && err == nil {
-			return fmt.Errorf("interrupted while the images were built: %w", ctx.Err())
-		}
-		if err != nil {
-			return fmt.Errorf("image registry on %s: %v", c.mirror, err)
-		}
-		c.logf("image registry serving on %s", c.mirror)
-		if c.p.egress == nil {
-			c.logf("the nodes have no egress (up --egress gives them some): they pull only the images up serves (%s); a pod of any other image waits in ImagePullBackOff, and kcompile node status names it", strings.Join(cfg.Registry.Refs(), ", "))
-		}
+		go func() {
+			err := cfg.Registry.Serve(serving, c.mirror)
+			if !interrupted() && err == nil {
+				err = fmt.Errorf("interrupted while the images were built: %w", ctx.Err())
+			}
+			if err != nil {
+				err = fmt.Errorf("image registry on %s: %v", c.mirror, err)
+			}
+			c.served <- served{err: err, at: cfg.Now()}
+		}()
 	}
-	c.phase("registry")
 	if c.p.endpoint.IsValid() {
 		var backends []netip.AddrPort
 		for _, m := range c.p.machines {
@@ -905,6 +924,9 @@ func (c *Cluster) waitReady(ctx context.Context) error {
 		return err
 	}
 	c.phase("api")
+	if err := c.awaitRegistry(ctx); err != nil {
+		return err
+	}
 	addons := tree.Files()
 	for _, f := range addons {
 		rel, ok := strings.CutPrefix(f.Path, layout.ClusterTree("addons/"))
@@ -953,6 +975,30 @@ func (c *Cluster) waitReady(ctx context.Context) error {
 	}
 	c.phase("addons-running")
 	c.logf("cluster %s is up: kubectl --kubeconfig %s get nodes", c.cfg.Cluster.Name, c.Kubeconfig())
+	return nil
+}
+
+// awaitRegistry waits until the images the addons pull are served.
+func (c *Cluster) awaitRegistry(ctx context.Context) error {
+	if c.served == nil {
+		return nil
+	}
+	var r served
+	select {
+	case r = <-c.served:
+	case <-ctx.Done():
+		return fmt.Errorf("interrupted while the images were built: %w", ctx.Err())
+	case m := <-c.events:
+		return m.err
+	}
+	if r.err != nil {
+		return r.err
+	}
+	c.logf("image registry serving on %s (ready %.1fs after up started)", c.mirror, r.at.Sub(c.start).Seconds())
+	if c.p.egress == nil {
+		c.logf("the nodes have no egress (up --egress gives them some): they pull only the images up serves (%s); a pod of any other image waits in ImagePullBackOff, and kcompile node status names it", strings.Join(c.cfg.Registry.Refs(), ", "))
+	}
+	c.phaseAt("registry", r.at)
 	return nil
 }
 

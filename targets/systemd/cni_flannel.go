@@ -171,17 +171,39 @@ func flannelNetConfJSON(c *ir.Cluster) string {
 	return string(b) + "\n"
 }
 
+// flannelInstallCNI waits for flanneld's subnet.env, then installs the
+// CNI configuration, whole (the runtime ignores a name that does not end
+// in .conflist, .conf or .json). It gives up after 2 minutes: the kubelet then kills
+// and restarts the container (a failed postStart hook), whose log says
+// why flanneld leased no subnet.
+func flannelInstallCNI() string {
+	return `i=0
+until [ -s ` + layout.Abs(layout.FlannelRunDir) + `/subnet.env ]; do
+	i=$((i+1))
+	if [ "$i" -gt 1200 ]; then echo "flanneld wrote no subnet.env in 2 minutes" >&2; exit 1; fi
+	sleep 0.1
+done
+cp -f /etc/kube-flannel/cni-conf.json ` + layout.Abs(layout.CNIConfDir) + `.` + flannelConfList + `.tmp
+mv -f ` + layout.Abs(layout.CNIConfDir) + `.` + flannelConfList + `.tmp ` + layout.Abs(layout.CNIConfDir) + flannelConfList + `
+`
+}
+
 // flannelManifests is what flannel's kube-flannel.yml installs for the
 // spec: its namespace, RBAC, the kube-flannel-cfg ConfigMap and the
 // kube-flannel-ds DaemonSet running flanneld with the Kubernetes subnet
 // manager (pod ranges are the controller manager's node CIDRs).
 //
-// kcompile writes the CNI configuration (/etc/cni/net.d/10-flannel.conflist)
-// and the bridge, host-local and portmap plugins on every node itself, so
-// the DaemonSet only installs the flannel plugin binary, as the chart does
-// with skipCNIConfigInstallation (without its install-cni init container
-// and /etc/cni/net.d volume). cni-conf.json stays in the ConfigMap,
-// identical to the node file, as upstream has it.
+// kcompile installs the bridge, host-local and portmap plugins on every
+// node itself; the DaemonSet installs the flannel plugin binary and the
+// CNI configuration (cni-conf.json of the ConfigMap as
+// /etc/cni/net.d/10-flannel.conflist). The kubelet reports a node's
+// network ready once the runtime finds a conflist, so one written before
+// flanneld has leased the node's subnet (subnet.env) makes a node Ready
+// whose pods cannot get addresses: their sandboxes fail, and the kubelet
+// retries them only after 10 s. So the node's tree carries none, and
+// flanneld's container copies it once subnet.env is written (a postStart
+// hook), where upstream's install-cni init container copies it before
+// flanneld starts.
 func flannelManifests(c *ir.Cluster) []runtime.Object {
 	version := c.Network.CNI.Version
 	if version == "" {
@@ -292,15 +314,19 @@ func flannelManifests(c *ir.Cluster) []runtime.Object {
 								{Name: "EVENT_QUEUE_DEPTH", Value: "5000"},
 								{Name: "CONT_WHEN_CACHE_NOT_READY", Value: "false"},
 							},
+							Lifecycle: &corev1.Lifecycle{PostStart: &corev1.LifecycleHandler{Exec: &corev1.ExecAction{
+								Command: []string{"/bin/sh", "-c", flannelInstallCNI()}}}},
 							VolumeMounts: []corev1.VolumeMount{
 								{Name: "run", MountPath: layout.Abs(layout.FlannelRunDir)},
 								{Name: "flannel-cfg", MountPath: "/etc/kube-flannel/"},
 								{Name: "xtables-lock", MountPath: layout.Abs(layout.XtablesLock)},
+								{Name: "cni", MountPath: strings.TrimSuffix(layout.Abs(layout.CNIConfDir), "/")},
 							},
 						}},
 						Volumes: []corev1.Volume{
 							hostPath("run", layout.Abs(layout.FlannelRunDir), nil),
 							hostPath("cni-plugin", layout.Abs(layout.CNIBinDir), nil),
+							hostPath("cni", strings.TrimSuffix(layout.Abs(layout.CNIConfDir), "/"), nil),
 							{Name: "flannel-cfg", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
 								LocalObjectReference: corev1.LocalObjectReference{Name: "kube-flannel-cfg"}}}},
 							hostPath("xtables-lock", layout.Abs(layout.XtablesLock), ptr(corev1.HostPathFileOrCreate)),

@@ -1,12 +1,17 @@
 package systemd
 
 import (
+	"bytes"
 	"encoding/json"
 	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -14,6 +19,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/kcompile/kcompile/compiler/ir"
+	"github.com/kcompile/kcompile/internal/fixture"
+	"github.com/kcompile/kcompile/layout"
 )
 
 // cniDecoded renders objects with manifest, decodes them back strictly and
@@ -199,20 +206,100 @@ func TestFlannelBackendPerMode(t *testing.T) {
 	}
 }
 
-func TestFlannelCNIConfIsTheNodeFile(t *testing.T) {
+// TestFlannelInstallsTheCNIConf: the nodes' trees carry no flannel
+// conflist (the kubelet would report their network ready before flannel
+// runs); flanneld's container installs the ConfigMap's, the plugin's
+// configuration for every node, once flanneld has written subnet.env:
+// its postStart hook is run here by the shell, on a scratch root.
+func TestFlannelInstallsTheCNIConf(t *testing.T) {
 	c := compileExample(t, "dual-stack")
-	cm := cniFind[*corev1.ConfigMap](t, cniDecoded(t, flannelManifests(c)), "kube-flannel-cfg")
+	objs := cniDecoded(t, flannelManifests(c))
+	cm := cniFind[*corev1.ConfigMap](t, objs, "kube-flannel-cfg")
 	for _, n := range c.Nodes {
 		if !n.RunsPods() {
 			continue
 		}
-		path, data, err := cniConfList(c, n)
-		if err != nil {
+		if _, data, err := cniConfList(c, n); err != nil || cm.Data["cni-conf.json"] != string(data) {
+			t.Errorf("%s: the node's configuration is\n%s (%v)\nbut cni-conf.json is\n%s", n.Name, data, err, cm.Data["cni-conf.json"])
+		}
+	}
+	tree, err := Build(fixture.Material(t, "dual-stack", nil), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range tree.Files() {
+		if strings.Contains(f.Path, "/"+layout.CNIConfDir) {
+			t.Errorf("the tree has %s: flannel's DaemonSet installs the CNI configuration", f.Path)
+		}
+	}
+
+	spec := cniFind[*appsv1.DaemonSet](t, objs, "kube-flannel-ds").Spec.Template.Spec
+	flanneld := spec.Containers[0]
+	if flanneld.Lifecycle == nil || flanneld.Lifecycle.PostStart == nil || flanneld.Lifecycle.PostStart.Exec == nil {
+		t.Fatalf("flanneld has no postStart command: %+v", flanneld.Lifecycle)
+	}
+	argv := flanneld.Lifecycle.PostStart.Exec.Command
+	if len(argv) != 3 || argv[0] != "/bin/sh" || argv[1] != "-c" {
+		t.Fatalf("postStart runs %q", argv)
+	}
+	// Each directory the script uses, where it lies in the container:
+	// mounted from the right source.
+	root := t.TempDir()
+	script := argv[2]
+	for dir, want := range map[string]string{
+		"/run/flannel/":      "host:/run/flannel",
+		"/etc/cni/net.d/":    "host:/etc/cni/net.d",
+		"/etc/kube-flannel/": "configmap:kube-flannel-cfg",
+	} {
+		got := "nothing"
+		for _, m := range flanneld.VolumeMounts {
+			if strings.TrimSuffix(m.MountPath, "/")+"/" != dir {
+				continue
+			}
+			for _, v := range spec.Volumes {
+				switch {
+				case v.Name != m.Name:
+				case v.ConfigMap != nil:
+					got = "configmap:" + v.ConfigMap.Name
+				case v.HostPath != nil:
+					got = "host:" + v.HostPath.Path
+				}
+			}
+		}
+		if got != want {
+			t.Errorf("%s in flanneld's container is %s, want %s", dir, got, want)
+		}
+		if err := os.MkdirAll(filepath.Join(root, dir), 0o755); err != nil {
 			t.Fatal(err)
 		}
-		if path != "etc/cni/net.d/10-flannel.conflist" || cm.Data["cni-conf.json"] != string(data) {
-			t.Errorf("%s: %s is\n%s\nbut cni-conf.json is\n%s", n.Name, path, data, cm.Data["cni-conf.json"])
-		}
+		script = strings.ReplaceAll(script, dir, filepath.Join(root, dir)+"/")
+	}
+	if err := os.WriteFile(filepath.Join(root, "etc/kube-flannel/cni-conf.json"), []byte(cm.Data["cni-conf.json"]), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	conflist := filepath.Join(root, "etc/cni/net.d/10-flannel.conflist")
+	cmd := exec.Command("/bin/sh", "-c", script)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond)
+	if _, err := os.Stat(conflist); err == nil {
+		t.Errorf("the conflist was installed before subnet.env was written")
+	}
+	if err := os.WriteFile(filepath.Join(root, "run/flannel/subnet.env"), []byte("FLANNEL_SUBNET=10.244.0.1/24\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("postStart: %v: %s", err, stderr.Bytes())
+	}
+	got, err := os.ReadFile(conflist)
+	if err != nil || string(got) != cm.Data["cni-conf.json"] {
+		t.Errorf("installed %s (%v), want cni-conf.json:\n%s", got, err, cm.Data["cni-conf.json"])
+	}
+	if left, _ := filepath.Glob(filepath.Join(root, "etc/cni/net.d/.*")); len(left) != 0 {
+		t.Errorf("left behind: %v", left)
 	}
 }
 

@@ -230,8 +230,13 @@ func MirrorFiles(engine string, mirrors []ir.Mirror) (map[string][]byte, error) 
 	return out, nil
 }
 
+// flannelConfList is the name flannel's install-cni gives its CNI
+// configuration.
+const flannelConfList = "10-flannel.conflist"
+
 // cniConfList is the node's CNI network configuration: the chosen plugin
-// with the pod MTU, and portmap for hostPort.
+// with the pod MTU, and portmap for hostPort. flannel's DaemonSet writes
+// it on each node (flannelManifests); the others' are node files.
 func cniConfList(c *ir.Cluster, n ir.Node) (string, []byte, error) {
 	portmap := map[string]any{"type": "portmap", "capabilities": map[string]any{"portMappings": true}}
 	var name, file string
@@ -252,7 +257,7 @@ func cniConfList(c *ir.Cluster, n ir.Node) (string, []byte, error) {
 	default:
 		// flannel's plugin delegates to the bridge plugin with the
 		// node's subnet and MTU, which flanneld writes to subnet.env.
-		name, file = "cbr0", "10-flannel.conflist"
+		name, file = "cbr0", flannelConfList
 		plugins = []any{map[string]any{"type": "flannel",
 			"delegate": map[string]any{"hairpinMode": true, "isDefaultGateway": true}}, portmap}
 	}

@@ -80,8 +80,10 @@ type Programs struct {
 }
 
 // programs are the names ReadPrograms looks for, each with the module it
-// is built from, or "" for a stand-in (and for iptables-root, a root file system fragment
-// holding Debian's iptables and nft, which flanneld executes).
+// is built from, or "" for a stand-in (and for iptables-root and
+// shell-root, root file system fragments: Debian's iptables and nft, which
+// flanneld executes, and Debian's static BusyBox, the shell of flannel's
+// postStart hook).
 func programs() map[string]string {
 	return map[string]string{
 		"coredns":       "github.com/coredns/coredns",
@@ -91,6 +93,7 @@ func programs() map[string]string {
 		"cp":            "",
 		"echo":          "",
 		"iptables-root": "",
+		"shell-root":    "",
 	}
 }
 
@@ -174,7 +177,7 @@ func recipes() map[string]recipe {
 		"ghcr.io/flannel-io/flannel": {
 			program: "flanneld", title: "flannel", field: "network.cni.version",
 			files: func(dir string) []File {
-				return []File{prog("flanneld", systemd.FlanneldProgram)(dir), prog("iptables-root", "/")(dir)}
+				return []File{prog("flanneld", systemd.FlanneldProgram)(dir), prog("iptables-root", "/")(dir), prog("shell-root", "/")(dir)}
 			},
 			entrypoint: []string{systemd.FlanneldProgram},
 		},

@@ -60,6 +60,17 @@ func fakePrograms(t *testing.T) Programs {
 		t.Fatal(err)
 	}
 	p.Releases["iptables-root"] = ""
+	bin := filepath.Join(dir, "shell-root", "bin")
+	if err := os.MkdirAll(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(bin, "busybox"), []byte("program busybox"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("busybox", filepath.Join(bin, "sh")); err != nil {
+		t.Fatal(err)
+	}
+	p.Releases["shell-root"] = ""
 	return p
 }
 
@@ -101,7 +112,7 @@ func TestPlanUpSpec(t *testing.T) {
 		"ghcr.io/flannel-io/flannel-cni-plugin:v1.9.1-flannel3": {"flannel-io/flannel-cni-plugin", "v1.9.1-flannel3",
 			[]string{"/flannel", "/bin/cp"}, nil, true},
 		"ghcr.io/flannel-io/flannel:v0.28.10": {"flannel-io/flannel", "v0.28.10",
-			[]string{"/opt/bin/flanneld", "/"}, []string{"/opt/bin/flanneld"}, false},
+			[]string{"/opt/bin/flanneld", "/", "/"}, []string{"/opt/bin/flanneld"}, false},
 		"registry.k8s.io/coredns/coredns:v1.15.0": {"coredns/coredns", "v1.15.0",
 			[]string{"/coredns"}, []string{"/coredns"}, false},
 		"registry.k8s.io/pause:3.10.1":   {"pause", "3.10.1", []string{"/pause"}, []string{"/pause"}, true},
