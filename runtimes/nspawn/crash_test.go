@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -91,6 +92,24 @@ func upChild(spec, work, cache string) int {
 		return fail(err)
 	}
 	return 0
+}
+
+// lockedBuffer is a buffer several goroutines write.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // child is a running upChild.
@@ -238,7 +257,8 @@ func crash(t *testing.T, out *pipeline.Output, spec, work string) {
 
 	// Another, detached as up --detach does, killed once its cluster is
 	// up, for the caller's --recover.
-	var said bytes.Buffer
+	// Its stdout and stderr are relayed by two goroutines.
+	var said lockedBuffer
 	ctx, cancel = context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	pid, err := detach.Start(ctx, os.Args[0], []string{os.Args[0], "-test.run=^$"}, append(os.Environ(), upChildSpec+"="+spec, upChildWork+"="+work), &said, &said)
