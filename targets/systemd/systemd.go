@@ -112,19 +112,17 @@ func nodeFiles(m *pki.Material, tree *targets.Tree, rc *renderCache, opts Option
 			if err != nil {
 				return err
 			}
-			files := []struct {
+			type file struct {
 				p string
 				b []byte
-			}{{rp, rc}, {layout.SysctlConf, sysctlConf(c)}, {layout.ModulesConf, modulesConf(c, n)}}
+			}
+			files := []file{{rp, rc}, {layout.SysctlConf, sysctlConf(c)}, {layout.ModulesConf, modulesConf(c, n)}}
 			if c.Network.CNI.Plugin != "flannel" {
 				cp, cc, err := cniConfList(c, n)
 				if err != nil {
 					return err
 				}
-				files = append(files, struct {
-					p string
-					b []byte
-				}{cp, cc})
+				files = append(files, file{cp, cc})
 			}
 			for _, f := range files {
 				if err := add(f.p, f.b, 0o644); err != nil {

@@ -49,28 +49,23 @@ func fakePrograms(t *testing.T) Programs {
 			p.Releases[prog] = ""
 		}
 	}
-	sbin := filepath.Join(dir, "iptables-root", "usr", "sbin")
-	if err := os.MkdirAll(sbin, 0o755); err != nil {
-		t.Fatal(err)
+	// The root fragments: a program and a name linked to it.
+	for _, r := range []struct{ root, dir, prog, link, says string }{
+		{"iptables-root", "usr/sbin", "xtables-nft-multi", "iptables", "program iptables"},
+		{"shell-root", "bin", "busybox", "sh", "program busybox"},
+	} {
+		at := filepath.Join(dir, r.root, r.dir)
+		if err := os.MkdirAll(at, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(at, r.prog), []byte(r.says), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(r.prog, filepath.Join(at, r.link)); err != nil {
+			t.Fatal(err)
+		}
+		p.Releases[r.root] = ""
 	}
-	if err := os.WriteFile(filepath.Join(sbin, "xtables-nft-multi"), []byte("program iptables"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink("xtables-nft-multi", filepath.Join(sbin, "iptables")); err != nil {
-		t.Fatal(err)
-	}
-	p.Releases["iptables-root"] = ""
-	bin := filepath.Join(dir, "shell-root", "bin")
-	if err := os.MkdirAll(bin, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(bin, "busybox"), []byte("program busybox"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink("busybox", filepath.Join(bin, "sh")); err != nil {
-		t.Fatal(err)
-	}
-	p.Releases["shell-root"] = ""
 	return p
 }
 
