@@ -8,9 +8,15 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/kcompile/kcompile/compiler/ir"
 )
+
+// apiServerWatchTermination bounds how long a stopping API server lets
+// its watches drain: far less than systemd's stop timeout, so that the
+// halt of a control-plane node never waits out a watch.
+const apiServerWatchTermination = 10 * time.Second
 
 // flag renders --name=value.
 func flag(name, value string) string { return "--" + name + "=" + value }
@@ -134,6 +140,14 @@ func apiServerArgs(c *ir.Cluster, n ir.Node, l placement) []string {
 		flag("service-account-key-file", l.at(layout.ServiceAccountPubKey)),
 		flag("service-account-signing-key-file", l.at(layout.ServiceAccountKey)),
 		flag("service-cluster-ip-range", joinPrefixes(c.Network.ServiceCIDRs)),
+		// A stopping API server ends its watches (at 200 a second at
+		// least), so that their clients move to another API server and
+		// the HTTP server's shutdown finds its connections idle. Unset,
+		// it waits for the watches' clients to hang up, up to
+		// --request-timeout (60 s): every halt of a control-plane node
+		// whose API server others' clients watch through the endpoint
+		// would outlast systemd's and up's stop timeouts.
+		flag("shutdown-watch-termination-grace-period", apiServerWatchTermination.String()),
 		flag("tls-cert-file", l.at(layout.CertFile(layout.APIServerStem))),
 		flag("tls-cipher-suites", tlsCipherSuites),
 		flag("tls-min-version", "VersionTLS12"),
