@@ -156,7 +156,7 @@ func TestCheckRefusesTheModesUpCannotBoot(t *testing.T) {
 	}{
 		{"flannel wireguard", wireguard, []string{"network.cni.mode wireguard: this host's kernel cannot make wireguard devices inside a namespace"}},
 		{"calico", fixture.Cluster(t, "ha-stacked", nil), []string{"network.cni.plugin calico: the Go module proxy serves no release of github.com/projectcalico/calico", "./api, a nested module"}},
-		{"cilium", fixture.Cluster(t, "external-etcd", nil), []string{"network.cni.plugin cilium: cilium-agent loads eBPF programs", "denies bpf() and perf_event_open()", "clang 18.1"}},
+		{"cilium", fixture.Cluster(t, "external-etcd", nil), []string{"network.cni.plugin cilium: cilium-agent loads eBPF programs", "denies bpf() and perf_event_open()", "clang-19"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			why, _ := check(t.Context(), tc.cluster, ampleHost(), resolveTo("10.0.0.1", "192.168.50.20", "10.40.0.5"))

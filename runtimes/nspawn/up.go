@@ -106,7 +106,10 @@ type Cluster struct {
 	adjust *adjustments
 	j      *journal
 	// jmu guards the journal, written by the supervisors too.
-	jmu    sync.Mutex
+	jmu sync.Mutex
+	// logMu keeps lines of the log whole: the supervisors, the
+	// registry's and the control socket's goroutines log too.
+	logMu  sync.Mutex
 	events chan *machine
 	start  time.Time
 	ctx    context.Context
@@ -175,15 +178,18 @@ func (c *Cluster) logf(format string, args ...any) {
 		return
 	}
 	d := c.cfg.Now().Sub(c.start).Round(100 * time.Millisecond)
-	fmt.Fprintf(c.cfg.Log, "[%6.1fs] %s\n", d.Seconds(), fmt.Sprintf(format, args...))
+	line := fmt.Sprintf("[%6.1fs] %s\n", d.Seconds(), fmt.Sprintf(format, args...))
+	c.logMu.Lock()
+	defer c.logMu.Unlock()
+	_, _ = io.WriteString(c.cfg.Log, line)
 }
 
-// Why up cannot boot calico and cilium (found on 2026-12-02; README,
-// "kcompile up"): up serves only images it builds from the Go module
-// proxy.
+// Why up cannot boot calico and cilium (found on 2026-12-02, cilium's
+// measured again on 2026-12-03; README, "kcompile up"): up serves only
+// images it builds from the Go module proxy.
 const (
 	calicoRefusal = "the Go module proxy serves no release of github.com/projectcalico/calico (its v3 tags are no versions of that module path; v3.30.3 answers 403), and its only pseudo-version imports github.com/projectcalico/api, which its go.mod replaces with ./api, a nested module that is in no module zip and that the proxy does not serve, so calico-node and the calico CNI plugin cannot be built here"
-	ciliumRefusal = "cilium-agent loads eBPF programs, and systemd-nspawn's system-call filter denies bpf() and perf_event_open() to up's machines (EPERM); the agent also compiles its datapath with clang 18.1 or later inside the machine, which up's image does not carry, and cilium v1.20.2's operator imports sigs.k8s.io/mcs-api/controllers v0.5.2, which the Go module proxy does not serve"
+	ciliumRefusal = "cilium-agent loads eBPF programs, and systemd-nspawn's system-call filter denies bpf() and perf_event_open() to up's machines (EPERM); the agent also compiles its datapath at run time with clang, and up does not build cilium's images yet: their seven programs build from the Go module proxy (v1.18.2, 7 minutes on two cores), but the agent's image must also carry Debian's clang-19 with its libraries (about 250 MB), bash, util-linux's nsenter and iproute2"
 )
 
 // Resolver looks a host name up as the host does (/etc/hosts, DNS).
@@ -987,6 +993,9 @@ func (c *Cluster) awaitRegistry(ctx context.Context) error {
 	select {
 	case r = <-c.served:
 	case <-ctx.Done():
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return fmt.Errorf("the cluster's images were not built and served within the boot's timeout: %w", ctx.Err())
+		}
 		return fmt.Errorf("interrupted while the images were built: %w", ctx.Err())
 	case m := <-c.events:
 		return m.err
