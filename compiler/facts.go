@@ -3,6 +3,8 @@ package compiler
 import (
 	"slices"
 	"sort"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/kcompile/kcompile/compiler/ir"
@@ -41,6 +43,30 @@ type facts struct {
 	Runtime          string   `json:"runtime"`
 	OperatingSystems []string `json:"operatingSystems"`
 	Profile          string   `json:"profile"`
+	// Node is left out of the facts of a policy that does not read it
+	// (it is the size of the cluster).
+	Node            map[string]*nodeFacts `json:"node,omitempty"`
+	Pools           map[string]*poolFacts `json:"pools"`
+	APIServerMinors []int                 `json:"apiServerMinors"`
+}
+
+type nodeFacts struct {
+	Role       string            `json:"role"`
+	Pool       string            `json:"pool"`
+	Zone       string            `json:"zone"`
+	Rack       string            `json:"rack"`
+	OS         string            `json:"os"`
+	Components []string          `json:"components"`
+	Versions   map[string]string `json:"versions"`
+	Minors     map[string]int    `json:"minors"`
+	CPU        int               `json:"cpu"`
+	MaxPods    int               `json:"maxPods"`
+}
+
+type poolFacts struct {
+	Nodes int      `json:"nodes"`
+	Zones []string `json:"zones"`
+	Racks []string `json:"racks"`
 }
 
 type zoneFacts struct {
@@ -78,6 +104,7 @@ func deriveFacts(c *ir.Cluster, profile string) facts {
 		}
 	}
 	sort.Strings(f.OperatingSystems)
+	f.Node, f.Pools, f.APIServerMinors = nodeAndPoolFacts(c)
 	ms := c.Etcd.Members
 	domains := zones.Of(c)
 	f.Etcd.Topology = c.Etcd.Topology
@@ -124,4 +151,83 @@ func deriveFacts(c *ir.Cluster, profile string) facts {
 	f.Runtime = c.Runtime.Engine
 	f.Profile = profile
 	return f
+}
+
+// nodeAndPoolFacts are the facts of each node and worker pool, and the
+// API servers' minor releases.
+func nodeAndPoolFacts(c *ir.Cluster) (map[string]*nodeFacts, map[string]*poolFacts, []int) {
+	nodes, pools := map[string]*nodeFacts{}, map[string]*poolFacts{}
+	apiMinors := []int{}
+	k := c.Kubernetes
+	for _, n := range c.Nodes {
+		nf := &nodeFacts{Role: string(n.Role), Pool: n.Pool, Zone: n.Zone, Rack: n.Rack, OS: string(n.OS),
+			Components: []string{}, Versions: map[string]string{}, Minors: map[string]int{},
+			CPU: n.Capacity.CPU, MaxPods: n.Capacity.MaxPods}
+		for _, comp := range n.Components {
+			nf.Components = append(nf.Components, string(comp))
+			var versions map[string]string
+			switch comp {
+			case ir.ComponentEtcd:
+				versions = map[string]string{"etcd": c.Etcd.Version}
+			case ir.ComponentAPIServer:
+				versions = map[string]string{"kube-apiserver": k.APIServer}
+			case ir.ComponentControllerManager:
+				versions = map[string]string{"kube-controller-manager": k.ControllerManager}
+			case ir.ComponentScheduler:
+				versions = map[string]string{"kube-scheduler": k.Scheduler}
+			case ir.ComponentKubelet:
+				versions = map[string]string{"kubelet": n.KubeletVersion}
+			case ir.ComponentKubeProxy:
+				versions = map[string]string{"kube-proxy": k.KubeProxy}
+			}
+			for prog, v := range versions {
+				if v == "" {
+					continue
+				}
+				nf.Versions[prog] = v
+				if prog == "etcd" {
+					continue
+				}
+				if m, ok := minorOf(v); ok {
+					nf.Minors[prog] = m
+					if prog == "kube-apiserver" && !slices.Contains(apiMinors, m) {
+						apiMinors = append(apiMinors, m)
+					}
+				}
+			}
+		}
+		sort.Strings(nf.Components)
+		nodes[n.Name] = nf
+		if n.Pool == "" {
+			continue
+		}
+		pf := pools[n.Pool]
+		if pf == nil {
+			pf = &poolFacts{Zones: []string{}, Racks: []string{}}
+			pools[n.Pool] = pf
+		}
+		pf.Nodes++
+		if n.Zone != "" && !slices.Contains(pf.Zones, n.Zone) {
+			pf.Zones = append(pf.Zones, n.Zone)
+		}
+		if n.Rack != "" && !slices.Contains(pf.Racks, n.Rack) {
+			pf.Racks = append(pf.Racks, n.Rack)
+		}
+	}
+	for _, pf := range pools {
+		sort.Strings(pf.Zones)
+		sort.Strings(pf.Racks)
+	}
+	sort.Ints(apiMinors)
+	return nodes, pools, apiMinors
+}
+
+// minorOf is the minor release of a version "1.37.2" (or "v1.37.2").
+func minorOf(v string) (int, bool) {
+	parts := strings.SplitN(strings.TrimPrefix(v, "v"), ".", 3)
+	if len(parts) < 2 {
+		return 0, false
+	}
+	m, err := strconv.Atoi(parts[1])
+	return m, err == nil
 }

@@ -4,12 +4,14 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 
 	"cuelang.org/go/cue"
 	"cuelang.org/go/cue/ast"
 	"cuelang.org/go/cue/cuecontext"
 	cueerrors "cuelang.org/go/cue/errors"
+	"cuelang.org/go/cue/format"
 	"cuelang.org/go/cue/load"
 	"cuelang.org/go/cue/token"
 
@@ -59,6 +61,8 @@ type policy struct {
 	require  cue.Value
 	// pos is where the policy is declared.
 	pos token.Pos
+	// readsNodes says the policy mentions the facts of each node.
+	readsNodes bool
 }
 
 // checkPolicies evaluates every policy of the directories against the
@@ -70,7 +74,14 @@ type policy struct {
 func checkPolicies(ctx *cue.Context, l *loaded, m *model, c *ir.Cluster, dirs []string, hidden map[string]diag.List) diag.List {
 	var out diag.List
 	// The schema package loaded with the spec holds both definitions.
-	facts := l.schema.LookupPath(cue.ParsePath("#Facts")).Unify(ctx.Encode(deriveFacts(c, l.src.Profile)))
+	// The facts of every node are the size of the cluster, and each
+	// policy's unification would copy them: they are given only to the
+	// policies that mention them.
+	derived := deriveFacts(c, l.src.Profile)
+	nodes := derived.Node
+	derived.Node = nil
+	factsDef := l.schema.LookupPath(cue.ParsePath("#Facts"))
+	facts := factsDef.Unify(ctx.Encode(derived))
 	if err := facts.Validate(cue.Concrete(true)); err != nil {
 		return diag.List{{Code: CodeInternal, Severity: diag.Error, Message: "the derived facts do not match #Facts: " + err.Error()}}
 	}
@@ -84,6 +95,19 @@ func checkPolicies(ctx *cue.Context, l *loaded, m *model, c *ir.Cluster, dirs []
 	}
 	spec := l.def.Unify(ctx.Encode(data))
 	input := ctx.CompileString("{}").FillPath(cue.MakePath(cue.Str("spec")), spec).FillPath(cue.MakePath(cue.Str("facts")), facts)
+	var withNodes cue.Value
+	inputFor := func(p policy) cue.Value {
+		if !p.readsNodes || len(nodes) == 0 {
+			return input
+		}
+		if !withNodes.Exists() {
+			all := derived
+			all.Node = nodes
+			withNodes = ctx.CompileString("{}").FillPath(cue.MakePath(cue.Str("spec")), spec).
+				FillPath(cue.MakePath(cue.Str("facts")), factsDef.Unify(ctx.Encode(all)))
+		}
+		return withNodes
+	}
 	shape := l.schema.LookupPath(cue.ParsePath("#Policies"))
 	if err := shape.Err(); err != nil {
 		return diag.List{{Code: CodeInternal, Severity: diag.Error, Message: "the policy schema: " + err.Error()}}
@@ -101,10 +125,11 @@ func checkPolicies(ctx *cue.Context, l *loaded, m *model, c *ir.Cluster, dirs []
 			dirOut = append(dirOut, diags...)
 			dirBroken = diags.HasErrors()
 			for _, p := range pols {
-				if p.when.Exists() && p.when.Subsume(input) != nil {
+				in := inputFor(p)
+				if p.when.Exists() && p.when.Subsume(in) != nil {
 					continue
 				}
-				for _, d := range p.violations(input, m) {
+				for _, d := range p.violations(in, m) {
 					if w, ok := m.spec.Policies.Waivers[p.id]; ok {
 						dirHidden = append(dirHidden, policyViolation{p.id, d})
 						dirOut = append(dirOut, m.diagAt(CodePolicyWaived, "policies.waivers."+quoteLabel(p.id),
@@ -235,7 +260,8 @@ func loadPolicies(ctx *cue.Context, dir string, shape, input cue.Value) ([]polic
 	for it.Next() {
 		pol := it.Value()
 		p := policy{id: it.Selector().Unquoted(), pos: pol.Pos(), severity: diag.Error,
-			when: pol.LookupPath(cue.ParsePath("when")), require: pol.LookupPath(cue.ParsePath("require"))}
+			when: pol.LookupPath(cue.ParsePath("when")), require: pol.LookupPath(cue.ParsePath("require")),
+			readsNodes: mentions(pol, "node")}
 		if kcCode.MatchString(p.id) {
 			diags = append(diags, diag.Diagnostic{Code: CodePolicyShape, Severity: diag.Error, Path: "policies." + quoteLabel(p.id),
 				Positions: convertPositions([]token.Pos{p.pos}),
@@ -300,12 +326,20 @@ func constrains(v cue.Value) bool {
 	if v.IncompleteKind() != cue.StructKind {
 		return true
 	}
-	it, err := v.Fields(cue.Optional(true))
+	// A pattern constrains every field it matches: every pool, node or
+	// zone.
+	if p := v.LookupPath(cue.MakePath(cue.AnyString)); p.Exists() && constrains(p) {
+		return true
+	}
+	it, err := v.Fields(cue.Optional(true), cue.Hidden(true))
 	if err != nil {
 		return true
 	}
 	for it.Next() {
-		if constrains(it.Value()) {
+		// A hidden field is a value the rule computes from spec and
+		// facts and requires (_fits: facts.nodes.total <= n, _fits:
+		// true): it constrains what it reads.
+		if it.Selector().LabelType() == cue.HiddenLabel || constrains(it.Value()) {
 			return true
 		}
 	}
@@ -342,6 +376,13 @@ func unknownFields(v, input cue.Value, id, part string) diag.List {
 			}
 			walk(it.Value(), child, append(path, name))
 		}
+		// A pattern is read against the input's own: every pool
+		// (node, zone) has the fields of one.
+		if p := v.LookupPath(cue.MakePath(cue.AnyString)); p.Exists() {
+			if inp := in.LookupPath(cue.MakePath(cue.AnyString)); inp.Exists() {
+				walk(p, inp, append(path, "[string]"))
+			}
+		}
 	}
 	walk(v, input, nil)
 	return out
@@ -368,13 +409,22 @@ func (p policy) violations(input cue.Value, m *model) diag.List {
 		seen[key] = true
 		out = append(out, p.diagnose(path, polPos, input, m))
 	}
-	err := p.require.Unify(input).Validate(cue.Concrete(true))
+	unified := p.require.Unify(input)
+	err := unified.Validate(cue.Concrete(true))
 	for _, e := range cueerrors.Errors(err) {
 		// The error's path runs through the policy package down to
 		// require; what follows is the input's.
 		path := e.Path()
 		if i := slices.Index(path, "require"); i >= 0 {
 			path = path[i+1:]
+		}
+		if len(path) > 0 && strings.HasPrefix(path[0], "_") {
+			// A value the rule computes, false or in conflict.
+			if !seen[path[0]] {
+				seen[path[0]] = true
+				out = append(out, p.computed(path[0], e, input, unified, m))
+			}
+			continue
 		}
 		if len(path) < 2 || (path[0] != "spec" && path[0] != "facts") {
 			continue
@@ -416,6 +466,15 @@ func absent(require, input cue.Value, path []string) [][]string {
 			out = append(out, absent(it.Value(), child, p)...)
 		}
 	}
+	// A pattern states its values for every field of the input it
+	// matches.
+	if pat := require.LookupPath(cue.MakePath(cue.AnyString)); pat.Exists() && pat.IncompleteKind() == cue.StructKind {
+		if in, err := input.Fields(); err == nil {
+			for in.Next() {
+				out = append(out, absent(pat, in.Value(), append(slices.Clone(path), in.Selector().Unquoted()))...)
+			}
+		}
+	}
 	return out
 }
 
@@ -433,7 +492,7 @@ func (p policy) diagnose(path []string, polPos []token.Pos, input cue.Value, m *
 	for i, s := range path {
 		sels[i] = cue.Str(s)
 	}
-	rule := p.require.LookupPath(cue.MakePath(sels...))
+	rule := ruleAt(p.require, path)
 	// The constraint's own line, when the error does not name it (a
 	// disjunction's does not).
 	if len(polPos) == 0 && rule.Exists() {
@@ -502,6 +561,22 @@ func (m *model) factSource(path []string) (string, []diag.Pos) {
 		from = []string{"runtime.engine", "name"}
 	case "operatingSystems":
 		from = []string{"os", "name"}
+	case "node":
+		// The node's own declaration: its pool's, or its own.
+		if len(path) > 1 {
+			from = append(from, m.nodeSpecPath(path[1])...)
+		}
+		from = append(from, "workers.pools", "workers.nodes", "controlPlane.nodes")
+	case "pools":
+		if len(path) > 1 {
+			from = []string{"workers.pools." + quoteLabel(path[1])}
+			if len(path) > 2 && (path[2] == "zones" || path[2] == "racks") {
+				from = append([]string{from[0] + "." + path[2]}, from...)
+			}
+		}
+		from = append(from, "workers.pools")
+	case "apiServerMinors":
+		from = []string{"kubernetes.components.apiServer", "kubernetes.version"}
 	}
 	// The profile is check's flag, not the spec's: the spec as a whole.
 	from = append(from, "name")
@@ -546,8 +621,14 @@ func policyErrors(code, dir string, err error, hint string) diag.List {
 			continue
 		}
 		byPath[path] = len(out)
+		h := hint
+		if strings.Contains(msg, "requires concrete value") {
+			// A bound or an operator over a value the spec gives: the
+			// policy loads before the spec is known.
+			h = "a bound (<=, >=, <, >) or an operator needs concrete operands when the policy loads, before the spec is known: compute in a hidden field and require it, e.g. _fits: facts.nodes.total <= slots/2 and _fits: true"
+		}
 		out = append(out, diag.Diagnostic{Code: code, Severity: diag.Error, Path: path,
-			Positions: convertPositions(ps), Message: msg, Hint: hint})
+			Positions: convertPositions(ps), Message: msg, Hint: h})
 	}
 	return out
 }
@@ -612,4 +693,193 @@ func CompileWaivers(src Source) (*ir.Cluster, diag.List, []Waiver) {
 			Positions: m.at("policies.waivers." + quoteLabel(id)), Waives: hidden[id].Sorted()})
 	}
 	return c, m.diags.Sorted(), ws
+}
+
+// nodeSpecPath is where the node named name is declared: itself, or the
+// pool it was expanded from.
+func (m *model) nodeSpecPath(name string) []string {
+	for _, n := range m.nodes {
+		if n.name == name {
+			return []string{n.path}
+		}
+	}
+	return nil
+}
+
+// computed is the violation of a hidden field of the rule, name, that
+// computes a requirement from spec and facts: reported at the spec
+// values it reads (the first one's path), at the nodes it names, and at
+// the policy's line, with what it computed and the values it read.
+func (p policy) computed(name string, e cueerrors.Error, input, unified cue.Value, m *model) diag.Diagnostic {
+	var polPos []token.Pos
+	for _, pos := range cueerrors.Positions(e) {
+		if pos.Filename() == p.pos.Filename() {
+			polPos = append(polPos, pos)
+		}
+	}
+	hidden := func(v cue.Value) cue.Value {
+		if it, err := v.Fields(cue.Hidden(true)); err == nil {
+			for it.Next() {
+				if it.Selector().String() == name {
+					return it.Value()
+				}
+			}
+		}
+		return cue.Value{}
+	}
+	rule := hidden(p.require)
+	if len(polPos) == 0 && rule.Pos().IsValid() {
+		polPos = []token.Pos{rule.Pos()}
+	}
+	if len(polPos) == 0 {
+		polPos = []token.Pos{p.pos}
+	}
+	var specPath string
+	var ps []diag.Pos
+	var read []string
+	for _, path := range reads(rule, 0) {
+		sp, at := m.writtenAt(path[1:])
+		if path[0] == "facts" {
+			sp, at = m.factSource(path[1:])
+		}
+		if specPath == "" {
+			specPath = sp
+		}
+		ps = append(ps, at...)
+		sels := make([]cue.Selector, len(path))
+		for i, s := range path {
+			sels[i] = cue.Str(s)
+		}
+		// Scalars only: a struct read whole (facts.node) is the size of
+		// the cluster.
+		if v := input.LookupPath(cue.MakePath(sels...)); v.Exists() && len(read) < 4 && v.IncompleteKind()&(cue.StructKind|cue.ListKind) == 0 {
+			read = append(read, strings.Join(path, ".")+" is "+cueLiteral(v))
+		}
+	}
+	msg := fmt.Sprintf("%s: %s does not hold", p.message, name)
+	// The field's conjuncts, evaluated with the input: the one the rule
+	// states concretely is what it asks, the others what it computed.
+	_, stated := rule.Expr()
+	if op, args := hidden(unified).Expr(); op == cue.AndOp && len(args) == len(stated) && len(args) == 2 {
+		asked := slices.IndexFunc(stated, func(a cue.Value) bool { return a.IsConcrete() && a.Validate(cue.Concrete(true)) == nil })
+		if asked >= 0 {
+			got := args[1-asked]
+			msg = fmt.Sprintf("%s: %s is %s, the policy asks %s", p.message, name, cueLiteral(got), cueLiteral(args[asked]))
+			// A list of node names says where to look.
+			if it, err := got.List(); err == nil {
+				for it.Next() {
+					if s, err := it.Value().String(); err == nil && len(ps) < 8 {
+						if at := m.nodeSpecPath(s); len(at) > 0 {
+							ps = append(ps, m.at(at[0])...)
+							if specPath == "" {
+								specPath = at[0]
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	if len(read) > 0 {
+		msg += " (" + strings.Join(read, ", ") + ")"
+	}
+	return diag.Diagnostic{Code: p.id, Severity: p.severity, Path: specPath,
+		Positions: append(ps, convertPositions(polPos[:1])...),
+		Message:   msg,
+		Hint:      fmt.Sprintf("policy %s (waive it with policies: waivers: %q: reason: \"...\")", p.id, p.id)}
+}
+
+// cueLiteral is v as CUE writes it, made printable and bounded.
+func cueLiteral(v cue.Value) string {
+	b, err := format.Node(v.Syntax(cue.Concrete(true)), format.Simplify())
+	if err != nil {
+		return fmt.Sprint(v)
+	}
+	return diag.Printable(string(b), maxLiteral)
+}
+
+// reads are the spec and facts paths the expression of v refers to,
+// first seen first, without repeats: the input values a computed rule
+// depends on.
+func reads(v cue.Value, depth int) [][]string {
+	var out [][]string
+	seen := map[string]bool{}
+	var walk func(v cue.Value, depth int)
+	walk = func(v cue.Value, depth int) {
+		if depth > 12 || len(out) >= 8 {
+			return
+		}
+		if root, ref := v.ReferencePath(); len(ref.Selectors()) > 0 {
+			var path []string
+			for _, s := range ref.Selectors() {
+				path = append(path, s.String())
+			}
+			if i := slices.Index(path, "require"); i >= 0 && len(path) > i+2 && (path[i+1] == "spec" || path[i+1] == "facts") {
+				path = path[i+1:]
+				for j := range path {
+					path[j] = cue.ParsePath(path[j]).Selectors()[0].Unquoted()
+				}
+				if key := strings.Join(path, "."); !seen[key] {
+					seen[key] = true
+					out = append(out, path)
+				}
+				return
+			}
+			// Another value the rule computes (a hidden field, a let):
+			// what it reads.
+			if key := ref.String(); !seen[key] {
+				seen[key] = true
+				if target := root.LookupPath(ref); target.Exists() {
+					walk(target, depth+1)
+				}
+			}
+			return
+		}
+		op, args := v.Expr()
+		if op == cue.NoOp && len(args) == 1 && args[0].Equals(v) {
+			return
+		}
+		for _, a := range args {
+			walk(a, depth+1)
+		}
+	}
+	walk(v, depth)
+	return out
+}
+
+// ruleAt is what require states at path: its field, or where it has
+// none, its pattern ([string]: ...) that matches every field there.
+func ruleAt(require cue.Value, path []string) cue.Value {
+	v := require
+	for _, name := range path {
+		next := v.LookupPath(cue.MakePath(cue.Str(name)))
+		if !next.Exists() {
+			next = v.LookupPath(cue.MakePath(cue.AnyString))
+		}
+		if !next.Exists() {
+			return next
+		}
+		v = next
+	}
+	return v
+}
+
+// mentions says whether the source of v names name, as a field or a
+// reference: conservatively true when v has no single source.
+func mentions(v cue.Value, name string) bool {
+	src := v.Source()
+	if src == nil {
+		return true
+	}
+	found := false
+	ast.Walk(src, func(n ast.Node) bool {
+		switch n := n.(type) {
+		case *ast.Ident:
+			found = found || n.Name == name
+		case *ast.BasicLit:
+			found = found || n.Value == strconv.Quote(name)
+		}
+		return !found
+	}, nil)
+	return found
 }

@@ -1,8 +1,10 @@
 package compiler
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -240,5 +242,117 @@ func TestPolicyIDsShipped(t *testing.T) {
 				t.Errorf("%s: %s", dir, d.Message)
 			}
 		}
+	}
+}
+
+// TestFactsNodeByNode: the facts of each node and pool of
+// examples/ha-stacked, and the API servers' minors.
+func TestFactsNodeByNode(t *testing.T) {
+	c, diags := Compile(Source{Dir: "../examples/ha-stacked",
+		Overlay: map[string][]byte{"zz.cue": []byte("package cluster\ncontrolPlane: nodes: cp1: kubeletVersion: \"1.36.4\"\n")}})
+	if c == nil {
+		t.Fatal(diags)
+	}
+	f := deriveFacts(c, "")
+	cp1, w := f.Node["cp1"], f.Node["w03"]
+	if len(f.Node) != 9 || cp1 == nil || w == nil {
+		t.Fatalf("nodes %v", f.Node)
+	}
+	if cp1.Role != "control-plane" || cp1.Zone != "a" || cp1.Pool != "" || cp1.OS != "debian" ||
+		cp1.Versions["kubelet"] != "1.36.4" || cp1.Minors["kubelet"] != 36 || cp1.Versions["kube-apiserver"] != "1.37.2" ||
+		cp1.Minors["kube-apiserver"] != 37 || cp1.Versions["etcd"] == "" || !slices.Contains(cp1.Components, "etcd") {
+		t.Errorf("cp1 %+v", cp1)
+	}
+	if _, ok := cp1.Minors["etcd"]; ok {
+		t.Errorf("etcd's release is not a Kubernetes minor: %v", cp1.Minors)
+	}
+	if w.Role != "worker" || w.Pool != "general" || w.Zone != "c" || w.CPU != 8 || w.MaxPods != 110 ||
+		w.Minors["kubelet"] != 37 || w.Versions["kube-apiserver"] != "" || slices.Contains(w.Components, "etcd") {
+		t.Errorf("w03 %+v", w)
+	}
+	if p := f.Pools["general"]; len(f.Pools) != 1 || p == nil || p.Nodes != 6 || strings.Join(p.Zones, ",") != "a,b,c" || len(p.Racks) != 0 {
+		t.Errorf("pools %v", f.Pools)
+	}
+	if fmt.Sprint(f.APIServerMinors) != "[37]" {
+		t.Errorf("API server minors %v", f.APIServerMinors)
+	}
+}
+
+// TestPolicyNodeByNode: a rule on every pool or node (a pattern), and a
+// rule that computes from spec and facts (a hidden field), each broken
+// and kept, reported at the spec values that break it; the mistakes of
+// such rules at the policy's line.
+func TestPolicyNodeByNode(t *testing.T) {
+	const overlayOld = "controlPlane: nodes: cp1: kubeletVersion: \"1.36.4\"\n"
+	for _, tc := range []struct {
+		name, rule, spec string
+		// want are the diagnostics' code, spec position (file:line) and
+		// a part of the message, one each; none: the rule is kept.
+		want [][3]string
+	}{
+		{name: "pool pattern kept", rule: `require: facts: pools: [string]: zones: [_, _, ...]`},
+		{name: "pool pattern broken", rule: `require: facts: pools: [string]: zones: [_, _, _, _, ...]`,
+			want: [][3]string{{"r", "workers.cue:11", `facts.pools.general.zones is ["a", "b", "c"]`}}},
+		{name: "spec pattern absent", rule: `require: spec: workers: pools: [string]: labels: team: string`,
+			want: [][3]string{{"r", "workers.cue:12", "spec.workers.pools.general.labels.team is not set, the policy asks string"}}},
+		{name: "node pattern", rule: `require: facts: node: [string]: os: "debian"`},
+		{name: "node pattern broken at each node", rule: `require: facts: node: [string]: zone: "a"`,
+			want: [][3]string{{"r", "cluster.cue:15", `facts.node.cp2.zone is "b", the policy asks "a"`}}},
+		{name: "computed kept", rule: "require: {\n\tspec: _\n\tfacts: _\n\t_fits: facts.nodes.total*2 <= 256\n\t_fits: true\n}"},
+		{name: "computed broken", rule: "require: {\n\tspec: _\n\tfacts: _\n\t_fits: facts.nodes.total*2 <= math.Pow(2, spec.network.nodeCIDRMaskSize.ipv4-16)\n\t_fits: true\n}",
+			spec: "network: nodeCIDRMaskSize: ipv4: 20\n",
+			want: [][3]string{{"r", "workers.cue:3", "_fits is false, the policy asks true (facts.nodes.total is 9, spec.network.nodeCIDRMaskSize.ipv4 is 20)"}}},
+		{name: "computed over nodes", spec: overlayOld,
+			rule: "require: {\n\tfacts: _\n\t_behind: [for name, n in facts.node if n.minors.kubelet != _|_ if n.minors.kubelet < facts.apiServerMinors[0] {name}]\n\t_behind: []\n}",
+			want: [][3]string{{"r", "cluster.cue:14", `_behind is ["cp1"], the policy asks []`}}},
+		{name: "pattern of nothing", rule: `require: facts: pools: [string]: {}`,
+			want: [][3]string{{CodePolicyNothing, "", "requires nothing"}}},
+		{name: "typo in a pattern", rule: `require: facts: node: [string]: oss: "debian"`,
+			want: [][3]string{{CodePolicyShape, "", "reads facts.node.[string].oss"}}},
+		{name: "bound over the spec", rule: `require: facts: nodes: total: <=facts.etcd.members*100`,
+			want: [][3]string{{CodePolicyLoad, "", "requires concrete value"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			pol := "package p\n\nimport \"math\"\n\n_m: math.Pi\n\npolicies: r: {\n\tmessage: \"m\"\n\t" + tc.rule + "\n}\n"
+			if err := os.WriteFile(filepath.Join(dir, "p.cue"), []byte(pol), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			_, diags := Compile(Source{Dir: "../examples/ha-stacked", Policies: []string{dir},
+				Overlay: map[string][]byte{"zz.cue": []byte("package cluster\n" + tc.spec)}})
+			var got []string
+			for _, d := range diags {
+				if d.Code == "r" || strings.HasPrefix(d.Code, "KC2") {
+					got = append(got, d.Code+" "+d.Message+" at "+fmt.Sprint(d.Positions))
+				}
+			}
+			for _, w := range tc.want {
+				found := false
+				for _, d := range diags {
+					if d.Code != w[0] || !strings.Contains(d.Message, w[2]) {
+						continue
+					}
+					found = true
+					if w[1] != "" && !strings.HasSuffix(d.Positions[0].File, "/"+strings.Split(w[1], ":")[0]) {
+						t.Errorf("%s at %v, want %s", d.Message, d.Positions, w[1])
+					}
+					if w[1] != "" && fmt.Sprint(d.Positions[0].Line) != strings.Split(w[1], ":")[1] {
+						t.Errorf("%s at line %d, want %s", d.Message, d.Positions[0].Line, w[1])
+					}
+					if w[0] == "r" && !strings.HasSuffix(d.Positions[len(d.Positions)-1].File, "p.cue") {
+						t.Errorf("%s: the last position %v is not the policy's", d.Message, d.Positions)
+					}
+					if w[0] == CodePolicyLoad && !strings.Contains(d.Hint, "hidden field") {
+						t.Errorf("hint %q does not say how to compute", d.Hint)
+					}
+				}
+				if !found {
+					t.Errorf("want %v, got %v", w, got)
+				}
+			}
+			if len(tc.want) == 0 && len(got) > 0 {
+				t.Errorf("the rule is kept, got %v", got)
+			}
+		})
 	}
 }
