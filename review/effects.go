@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	corev1 "k8s.io/api/core/v1"
 )
 
 // Facts are the settings of one side that a running cluster keeps as
@@ -155,8 +157,22 @@ func etcdSteps(a, b []EtcdMember, e *EtcdChange) []Step {
 	}}
 }
 
+// kubeletReappliedLabels are the labels a kubelet sets again on its
+// existing Node at every start, from its --node-labels among them
+// (updateDefaultLabels in the kubelet's node status code): a new value
+// of one takes effect with the kubelet's restart. It never removes one.
+var kubeletReappliedLabels = []string{
+	corev1.LabelHostname,
+	corev1.LabelTopologyZone, corev1.LabelTopologyRegion,
+	corev1.LabelFailureDomainBetaZone, corev1.LabelFailureDomainBetaRegion,
+	corev1.LabelInstanceTypeStable, corev1.LabelInstanceType,
+	corev1.LabelOSStable, corev1.LabelArchStable, corev1.LabelWindowsBuild,
+	"beta.kubernetes.io/os", "beta.kubernetes.io/arch",
+}
+
 // nodeSteps relabel and retaint the Nodes that exist on both sides: the
-// kubelet sets its labels and taints when it registers, never again.
+// kubelet sets its labels and taints when it registers, and at a restart
+// only sets again the well-known labels among them.
 func nodeSteps(fa, fb *Facts) []Step {
 	var actions []string
 	var nodes []string
@@ -168,7 +184,8 @@ func nodeSteps(fa, fb *Facts) []Step {
 		}
 		var set, unset []string
 		for _, l := range new.Labels {
-			if !slices.Contains(old.Labels, l) {
+			key, _, _ := strings.Cut(l, "=")
+			if !slices.Contains(old.Labels, l) && !slices.Contains(kubeletReappliedLabels, key) {
 				set = append(set, l)
 			}
 		}
@@ -211,7 +228,7 @@ func nodeSteps(fa, fb *Facts) []Step {
 	}
 	return []Step{{
 		Setting: "labels and taints of " + strings.Join(nodes, ", "),
-		Why:     "a kubelet sets its Node's labels and taints when it registers, never after: restarting it with new --node-labels or --register-with-taints leaves the Node as it was",
+		Why:     "a kubelet sets its Node's labels and taints when it registers; restarted with new --node-labels or --register-with-taints it sets again only the well-known labels (zone, region, hostname, instance type, OS, architecture) and removes none, so the others are set and every removal is made through the API",
 		Actions: append([]string{"restart the kubelets with the new configuration (the summary's restarts), then:"}, actions...),
 	}}
 }

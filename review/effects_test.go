@@ -41,9 +41,15 @@ func TestEffects(t *testing.T) {
 		want    []string
 		not     string
 	}{
-		{name: "zone move", change: func(f *Facts) {
-			f.Nodes["w1"] = NodeFacts{Labels: []string{"topology.kubernetes.io/zone=c"}}
-		}, setting: "labels and taints of w1", want: []string{"kubectl label node w1 --overwrite topology.kubernetes.io/zone=c"}},
+		// A zone moved with another label: the kubelet's restart sets the
+		// zone again, not the other label.
+		{name: "zone move and a label", change: func(f *Facts) {
+			f.Nodes["w1"] = NodeFacts{Labels: []string{"topology.kubernetes.io/zone=c", "tier=web"}}
+		}, setting: "labels and taints of w1", want: []string{"kubectl label node w1 --overwrite tier=web"}, not: "zone"},
+		// It never removes one.
+		{name: "zone removed", change: func(f *Facts) {
+			f.Nodes["w1"] = NodeFacts{}
+		}, setting: "labels and taints of w1", want: []string{"kubectl label node w1 --overwrite topology.kubernetes.io/zone-"}},
 		{name: "label removed, taint changed", change: func(f *Facts) {
 			f.Nodes["w2"] = NodeFacts{Labels: []string{"topology.kubernetes.io/zone=b"}, Taints: []string{"dedicated=ml:NoExecute"}}
 		}, setting: "labels and taints of w2", want: []string{"kubectl label node w2 --overwrite gpu-", "kubectl taint node w2 --overwrite dedicated=ml:NoExecute dedicated:NoSchedule-"}},
@@ -95,6 +101,12 @@ func TestEffects(t *testing.T) {
 			}
 		})
 	}
+	// A zone moved alone takes effect with the kubelet's restart.
+	moved := baseFacts()
+	moved.Nodes["w1"] = NodeFacts{Labels: []string{"topology.kubernetes.io/zone=c"}}
+	if got := steps(baseFacts(), moved, nil, nil); len(got) != 0 {
+		t.Errorf("zone move, steps %+v", got)
+	}
 	if got := steps(baseFacts(), baseFacts(), members, members); len(got) != 0 {
 		t.Errorf("no change, steps %+v", got)
 	}
@@ -111,7 +123,7 @@ func TestEffectsOrder(t *testing.T) {
 	b := baseFacts()
 	b.CAs["etcd"] = "sha256:ffff"
 	b.ServiceCIDRs = []string{"10.112.0.0/16"}
-	b.Nodes["w1"] = NodeFacts{Labels: []string{"topology.kubernetes.io/zone=c"}}
+	b.Nodes["w1"] = NodeFacts{Labels: []string{"topology.kubernetes.io/zone=c", "tier=web"}}
 	got := steps(baseFacts(), b, members[:2], []EtcdMember{members[1], members[2]})
 	var order []string
 	for _, s := range got {
