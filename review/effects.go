@@ -134,16 +134,30 @@ func etcdSteps(a, b []EtcdMember, e *EtcdChange) []Step {
 		return EtcdMember{}
 	}
 	var actions []string
+	// The membership as the steps change it: a joining member must be
+	// told exactly the members the cluster has when it joins.
+	current := slices.Clone(a)
 	for _, m := range e.Moved {
 		name, _, _ := strings.Cut(m, ":")
 		nm := byName(b, name)
 		actions = append(actions,
 			fmt.Sprintf("etcdctl member update <ID of %s> --peer-urls=%s, then restart etcd on %s at its new address and wait until it is healthy", name, nm.PeerURL, nm.Node))
+		for i := range current {
+			if current[i].Name == name {
+				current[i] = nm
+			}
+		}
 	}
 	for _, name := range e.Added {
 		nm := byName(b, name)
+		current = append(current, nm)
+		initial := make([]string, len(current))
+		for i, m := range current {
+			initial[i] = m.Name + "=" + m.PeerURL
+		}
 		actions = append(actions,
-			fmt.Sprintf("etcdctl member add %s --peer-urls=%s, then start etcd on %s with --initial-cluster-state=existing (its unit says new, which only a first cluster may) and wait until it is healthy", name, nm.PeerURL, nm.Node))
+			fmt.Sprintf("etcdctl member add %s --peer-urls=%s, then start etcd on %s with --initial-cluster-state=existing (its unit says new, which only a first cluster may) and --initial-cluster=%s (the members once it is added: its unit lists the final ones, and etcd refuses a list that differs from the members it has, \"member count is unequal\"), and wait until it is healthy",
+				name, nm.PeerURL, nm.Node, strings.Join(initial, ",")))
 	}
 	for _, name := range e.Removed {
 		om := byName(a, name)

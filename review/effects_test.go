@@ -1,6 +1,7 @@
 package review
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -73,7 +74,19 @@ func TestEffects(t *testing.T) {
 		{name: "etcd members added and removed", ea: members[:2], eb: []EtcdMember{members[1], members[2]},
 			setting: "etcd membership", want: []string{
 				"etcdctl member add cp3 --peer-urls=https://10.0.0.13:2380, then start etcd on cp3 with --initial-cluster-state=existing",
+				// cp1 is still a member when cp3 joins.
+				"--initial-cluster=cp1=https://10.0.0.11:2380,cp2=https://10.0.0.12:2380,cp3=https://10.0.0.13:2380 ",
 				"etcdctl member remove <ID of cp1>"}},
+		// Each new member is told the members of its own step, not the
+		// final five, which etcd refuses after the first member add.
+		{name: "etcd grows from three to five", ea: members, eb: append(slices.Clone(members),
+			EtcdMember{Name: "cp4", Address: "10.0.0.14", Node: "cp4", PeerURL: "https://10.0.0.14:2380"},
+			EtcdMember{Name: "cp5", Address: "10.0.0.15", Node: "cp5", PeerURL: "https://10.0.0.15:2380"}),
+			setting: "etcd membership", want: []string{
+				"etcdctl member add cp4",
+				"--initial-cluster=cp1=https://10.0.0.11:2380,cp2=https://10.0.0.12:2380,cp3=https://10.0.0.13:2380,cp4=https://10.0.0.14:2380 ",
+				"etcdctl member add cp5",
+				"--initial-cluster=cp1=https://10.0.0.11:2380,cp2=https://10.0.0.12:2380,cp3=https://10.0.0.13:2380,cp4=https://10.0.0.14:2380,cp5=https://10.0.0.15:2380 "}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := baseFacts()
