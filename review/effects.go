@@ -2,7 +2,9 @@ package review
 
 import (
 	"fmt"
+	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -59,12 +61,12 @@ func effects(a, b Side, etcd *EtcdChange) []Step {
 		out = append(out, Step{
 			Setting: fmt.Sprintf("service CIDR %s → %s", strings.Join(fa.ServiceCIDRs, ","), strings.Join(fb.ServiceCIDRs, ",")),
 			Why:     "the API servers' --service-cluster-ip-range allocates new Services only: every existing Service, the kubernetes Service and CoreDNS's among them, keeps its old ClusterIP",
-			Actions: []string{
+			Actions: append(keepServiceSANs(fa.ServiceCIDRs, fb.ServiceCIDRs), []string{
 				"create a ServiceCIDR object for the new range (networking.k8s.io/v1) before the API servers restart",
 				"restart the API servers and controller-managers with the new range, then the kubelets (their clusterDNS is the new DNS address)",
 				"recreate every Service outside the new range (kubectl get svc -A; delete and apply each), CoreDNS's at the new DNS address; delete the kubernetes Service in default, which the API servers recreate in the new range",
 				"delete the old ServiceCIDR once no Service uses it, then restart every pod so that it reads the new DNS address",
-			},
+			}...),
 		})
 	}
 	if !slices.Equal(fa.PodCIDRs, fb.PodCIDRs) {
@@ -245,4 +247,26 @@ func nodeSteps(fa, fb *Facts) []Step {
 		Why:     "a kubelet sets its Node's labels and taints when it registers; restarted with new --node-labels or --register-with-taints it sets again only the well-known labels (zone, region, hostname, instance type, OS, architecture) and removes none, so the others are set and every removal is made through the API",
 		Actions: append([]string{"restart the kubelets with the new configuration (the summary's restarts), then:"}, actions...),
 	}}
+}
+
+// keepServiceSANs is the first action of a service CIDR move: the API
+// servers' certificates of the new side cover the kubernetes Service's
+// new address only, while every running pod reaches the API at the old
+// one until it restarts.
+func keepServiceSANs(old, new []string) []string {
+	var keep []string
+	for _, c := range old {
+		p, err := netip.ParsePrefix(c)
+		if err != nil {
+			continue
+		}
+		ip := p.Masked().Addr().Next().String()
+		if !slices.Contains(new, c) {
+			keep = append(keep, strconv.Quote(ip))
+		}
+	}
+	if len(keep) == 0 {
+		return nil
+	}
+	return []string{fmt.Sprintf("keep the kubernetes Service's old address in the API servers' certificates, which the new side drops while every running pod still reaches the API there: add %s to controlPlane.apiServer.extraSANs in this change, and remove it in a later one, once every pod has restarted", strings.Join(keep, ", "))}
 }
