@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/kcompile/kcompile/compiler/diag"
+	"github.com/kcompile/kcompile/compiler/ir"
 	"github.com/kcompile/kcompile/compiler/pki"
 	"github.com/kcompile/kcompile/pipeline"
 	"github.com/kcompile/kcompile/review"
@@ -54,6 +55,18 @@ type Input struct {
 	Cwd string
 	// Stage is told each stage of a compile as it starts.
 	Stage func(string)
+	// then is told each side once it is compiled, while its directory
+	// is still there (kcompile plan reads the spec as data).
+	then func(i int, side compiled) error
+	// Command names the command in messages; "diff" when empty.
+	Command string
+}
+
+func (in Input) command() string {
+	if in.Command == "" {
+		return "diff"
+	}
+	return in.Command
 }
 
 // Problems are diagnostics that stop a comparison (a side that does not
@@ -106,7 +119,7 @@ func Run(in Input) (*review.Report, error) {
 		if err != nil {
 			return nil, err
 		}
-		var sides [2]review.Side
+		var sides [2]compiled
 		for i, rev := range []string{rev1, rev2} {
 			tmp, err := os.MkdirTemp("", "kcompile-diff-")
 			if err != nil {
@@ -122,23 +135,41 @@ func Run(in Input) (*review.Report, error) {
 			if sides[i], err = in.side(b, tmp, rev+":"+dir, at); err != nil {
 				return nil, err
 			}
+			if in.then != nil {
+				if err := in.then(i, sides[i]); err != nil {
+					return nil, err
+				}
+			}
 		}
-		return in.compare(sides[0], sides[1]), nil
+		return in.compare(sides[0].Side, sides[1].Side), nil
 	}
 	if len(in.Args) != 2 {
-		return nil, errors.New("diff takes BASE HEAD (two spec directories), --git REV1..REV2 [DIR] or --golden GOLDEN OUT")
+		return nil, errors.New(in.command() + " takes BASE HEAD (two spec directories), --git REV1..REV2 [DIR] or --golden GOLDEN OUT")
 	}
 	b, err := in.bundle()
 	if err != nil {
 		return nil, err
 	}
-	var sides [2]review.Side
+	var sides [2]compiled
 	for i, dir := range in.Args {
 		if sides[i], err = in.side(b, dir, dir, func(l diag.List) diag.List { return l.Relative(in.Cwd) }); err != nil {
 			return nil, err
 		}
+		if in.then != nil {
+			if err := in.then(i, sides[i]); err != nil {
+				return nil, err
+			}
+		}
 	}
-	return in.compare(sides[0], sides[1]), nil
+	return in.compare(sides[0].Side, sides[1].Side), nil
+}
+
+// compiled is one side of a comparison: what review compares, and the
+// cluster and spec directory it was compiled from.
+type compiled struct {
+	review.Side
+	Cluster *ir.Cluster
+	Dir     string
 }
 
 func (in Input) compare(a, b review.Side) *review.Report {
@@ -166,7 +197,7 @@ func (in Input) bundle() (*pki.Bundle, error) {
 // the same compile) and builds the targets. Its warnings are not
 // printed: the report compares them. at rewrites the positions of its
 // diagnostics for the report.
-func (in Input) side(b *pki.Bundle, dir, label string, at func(diag.List) diag.List) (review.Side, error) {
+func (in Input) side(b *pki.Bundle, dir, label string, at func(diag.List) diag.List) (compiled, error) {
 	src := pipeline.Source{Dir: dir, Bound: in.Bound, Policies: in.Policies}
 	if len(in.Policies) > 0 {
 		src.Profile = in.Profile
@@ -174,22 +205,23 @@ func (in Input) side(b *pki.Bundle, dir, label string, at func(diag.List) diag.L
 	run := pipeline.Input{Source: src, Bundle: b, Now: in.Now, Issue: true, Targets: in.Targets, Stage: in.Stage, Findings: true}
 	out, err := pipeline.Run(run)
 	if err != nil {
-		return review.Side{}, err
+		return compiled{}, err
 	}
 	if err := out.PolicyLoadError(); err != nil {
-		return review.Side{}, fmt.Errorf("%s: %w", label, err)
+		return compiled{}, fmt.Errorf("%s: %w", label, err)
 	}
 	if out.Diagnostics.HasErrors() {
-		return review.Side{}, &Problems{Diagnostics: out.Diagnostics, Msg: label + ": " + out.Stopped(run, "nothing compared")}
+		return compiled{}, &Problems{Diagnostics: out.Diagnostics, Msg: label + ": " + out.Stopped(run, "nothing compared")}
 	}
-	compiled := review.Compiled{Cluster: out.Cluster, Material: out.Material, Diagnostics: out.Diagnostics, Findings: out.Findings}
+	c := review.Compiled{Cluster: out.Cluster, Material: out.Material, Diagnostics: out.Diagnostics, Findings: out.Findings}
 	for _, t := range in.Targets {
-		compiled.Trees = append(compiled.Trees, review.NamedTree{Name: string(t), Tree: out.Trees[t]})
+		c.Trees = append(c.Trees, review.NamedTree{Name: string(t), Tree: out.Trees[t]})
 	}
 	for _, w := range out.Waivers {
-		compiled.Waivers = append(compiled.Waivers, review.Waiver{ID: w.ID, Reason: w.Reason, Positions: w.Positions, Waives: w.Waives})
+		c.Waivers = append(c.Waivers, review.Waiver{ID: w.ID, Reason: w.Reason, Positions: w.Positions, Waives: w.Waives})
 	}
-	return review.SideOf(label, compiled, at)
+	side, err := review.SideOf(label, c, at)
+	return compiled{Side: side, Cluster: out.Cluster, Dir: dir}, err
 }
 
 // underName rewrites the positions of diagnostics in the directory dir

@@ -158,7 +158,6 @@ func deriveFacts(c *ir.Cluster, profile string) facts {
 func nodeAndPoolFacts(c *ir.Cluster) (map[string]*nodeFacts, map[string]*poolFacts, []int) {
 	nodes, pools := map[string]*nodeFacts{}, map[string]*poolFacts{}
 	apiMinors := []int{}
-	k := c.Kubernetes
 	for _, n := range c.Nodes {
 		nf := &nodeFacts{Role: string(n.Role), Pool: n.Pool, Zone: n.Zone, Rack: n.Rack, OS: string(n.OS),
 			Components: []string{}, Versions: map[string]string{}, Minors: map[string]int{},
@@ -170,15 +169,15 @@ func nodeAndPoolFacts(c *ir.Cluster) (map[string]*nodeFacts, map[string]*poolFac
 			case ir.ComponentEtcd:
 				versions = map[string]string{"etcd": c.Etcd.Version}
 			case ir.ComponentAPIServer:
-				versions = map[string]string{"kube-apiserver": k.APIServer}
+				versions = map[string]string{"kube-apiserver": n.APIServerVersion}
 			case ir.ComponentControllerManager:
-				versions = map[string]string{"kube-controller-manager": k.ControllerManager}
+				versions = map[string]string{"kube-controller-manager": n.ControllerManagerVersion}
 			case ir.ComponentScheduler:
-				versions = map[string]string{"kube-scheduler": k.Scheduler}
+				versions = map[string]string{"kube-scheduler": n.SchedulerVersion}
 			case ir.ComponentKubelet:
 				versions = map[string]string{"kubelet": n.KubeletVersion}
 			case ir.ComponentKubeProxy:
-				versions = map[string]string{"kube-proxy": k.KubeProxy}
+				versions = map[string]string{"kube-proxy": n.KubeProxyVersion}
 			}
 			for prog, v := range versions {
 				if v == "" {

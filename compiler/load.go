@@ -34,6 +34,13 @@ import (
 type Source struct {
 	Dir     string
 	Overlay map[string][]byte
+	// OverlayOnly reads the overlay's files alone, none of Dir's: a spec
+	// held in memory, such as a state of kcompile plan (StateSource).
+	OverlayOnly bool
+	// Tolerate are codes whose errors are reported as warnings: a state
+	// of kcompile plan between two etcd memberships has, while it lasts,
+	// an even one.
+	Tolerate []string
 	// Profile adds the checks of a benchmark the cluster must meet:
 	// ProfileCIS, or none.
 	Profile string
@@ -86,6 +93,9 @@ func loadSpec(ctx *cue.Context, src Source) (*loaded, diag.List) {
 	// Everything CUE reads, @embed included, stays inside the spec
 	// directory and is a regular file.
 	fsys, err := openConfined(dir, src.Overlay)
+	if err == nil {
+		fsys.only = src.OverlayOnly
+	}
 	if err != nil {
 		return nil, diag.List{{Code: CodeLoad, Severity: diag.Error, Message: err.Error(), Positions: []diag.Pos{{File: dir}}}}
 	}
@@ -608,6 +618,8 @@ type confinedFS struct {
 	// dir is the directory's absolute path, for positions and messages.
 	dir     string
 	overlay map[string][]byte
+	// only hides the directory's own files behind the overlay's.
+	only bool
 	// cwd is where a policy is loaded from by import path: the working
 	// directory, inside the module root.
 	cwd     string
@@ -790,6 +802,9 @@ func (c *confinedFS) ReadDir(name string) ([]fs.DirEntry, error) {
 	if err == nil {
 		out, err = f.ReadDir(-1)
 		f.Close()
+	}
+	if c.only {
+		out, err = nil, nil
 	}
 	if err != nil && !(errors.Is(err, fs.ErrNotExist) && c.overlayDir(name)) {
 		return nil, c.failed("open", name, err)

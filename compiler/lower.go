@@ -1,17 +1,18 @@
 package compiler
 
 import (
-	"time"
-
 	"encoding/json"
 	"fmt"
 	"net/netip"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
+	"time"
 
 	"cuelang.org/go/cue"
 
+	"github.com/kcompile/kcompile/compiler/diag"
 	"github.com/kcompile/kcompile/compiler/ir"
 	"github.com/kcompile/kcompile/layout"
 )
@@ -77,6 +78,7 @@ func lower(m *model) *ir.Cluster {
 		}
 	}
 	c.Etcd = lowerEtcd(m, c.Nodes, members)
+	c.Rollouts = lowerRollouts(m, c.Nodes)
 	derive("etcd.initialCluster", c.Etcd.InitialCluster(), "etcd.members and their node addresses")
 
 	for _, name := range sortedKeys(s.Storage.Drivers) {
@@ -231,6 +233,13 @@ func lowerNode(m *model, mn *mnode, stacked bool) ir.Node {
 	if mn.spec.KubeletVersion != "" {
 		n.KubeletVersion = mn.spec.KubeletVersion
 	}
+	k := s.Kubernetes.Components
+	own := func(node, cluster string) string {
+		if node != "" {
+			return node
+		}
+		return cluster
+	}
 	n.OS, n.OSPath = ir.OS(s.OS), "os"
 	if mn.spec.OS != "" {
 		n.OS, n.OSPath = ir.OS(mn.spec.OS), mn.fieldPath("os")
@@ -246,10 +255,14 @@ func lowerNode(m *model, mn *mnode, stacked bool) ir.Node {
 	}
 	if mn.role == ir.RoleControlPlane {
 		n.Components = append(n.Components, ir.ComponentAPIServer, ir.ComponentControllerManager, ir.ComponentScheduler)
+		n.APIServerVersion = own(mn.spec.APIServerVersion, k.APIServer)
+		n.ControllerManagerVersion = own(mn.spec.ControllerManagerVersion, k.ControllerManager)
+		n.SchedulerVersion = own(mn.spec.SchedulerVersion, k.Scheduler)
 	}
 	n.Components = append(n.Components, ir.ComponentRuntime, ir.ComponentKubelet)
 	if s.Network.KubeProxy.Mode != "none" {
 		n.Components = append(n.Components, ir.ComponentKubeProxy)
+		n.KubeProxyVersion = own(mn.spec.KubeProxyVersion, k.KubeProxy)
 	}
 	lbl := map[string]string{}
 	for k, v := range mn.spec.Labels {
@@ -334,7 +347,6 @@ func firstPath(from string) string {
 // nodeBinaries lists the programs a node's components need, with the
 // version each must report where its version is the spec's.
 func nodeBinaries(s *specCluster, n ir.Node) []ir.Binary {
-	k := s.Kubernetes.Components
 	bin := func(name, version, flag string) ir.Binary {
 		return ir.Binary{Path: n.OS.BinDir() + "/" + name, Version: version, VersionFlag: flag}
 	}
@@ -354,16 +366,16 @@ func nodeBinaries(s *specCluster, n ir.Node) []ir.Binary {
 		}
 	}
 	if n.Runs(ir.ComponentAPIServer) {
-		out = append(out, bin("kube-apiserver", kube(k.APIServer), "--version"),
-			bin("kube-controller-manager", kube(k.ControllerManager), "--version"),
-			bin("kube-scheduler", kube(k.Scheduler), "--version"))
+		out = append(out, bin("kube-apiserver", kube(n.APIServerVersion), "--version"),
+			bin("kube-controller-manager", kube(n.ControllerManagerVersion), "--version"),
+			bin("kube-scheduler", kube(n.SchedulerVersion), "--version"))
 	}
 	if !n.RunsPods() {
 		return out
 	}
 	out = append(out, bin("kubelet", kube(n.KubeletVersion), "--version"))
 	if n.Runs(ir.ComponentKubeProxy) {
-		out = append(out, bin("kube-proxy", kube(k.KubeProxy), "--version"))
+		out = append(out, bin("kube-proxy", kube(n.KubeProxyVersion), "--version"))
 	}
 	if s.Runtime.Engine == "cri-o" {
 		out = append(out, bin("crio", s.Runtime.Version, "--version"), bin("conmon", "", ""), bin("runc", "", ""))
@@ -424,4 +436,56 @@ func irNodeForBinaries(m *model, n *mnode) ir.Node {
 	}
 	node := lowerNode(m, n, stacked)
 	return node
+}
+
+// lowerRollouts gives each group of workers its rollout, in the order a
+// change goes through them (ir.Cluster.Rollouts). The checks have
+// refused a budget or timeout that does not parse.
+func lowerRollouts(m *model, nodes []ir.Node) []ir.Rollout {
+	w := m.spec.Workers
+	members := map[string][]string{}
+	for _, n := range nodes {
+		if n.Role == ir.RoleWorker {
+			members[n.Pool] = append(members[n.Pool], n.Name)
+		}
+	}
+	var out []ir.Rollout
+	add := func(pool string, r specRollout, path string) {
+		names := members[pool]
+		if len(names) == 0 {
+			return
+		}
+		budget, _ := rolloutBudget(r.MaxUnavailable, len(names))
+		timeout, _ := time.ParseDuration(r.DrainTimeout)
+		out = append(out, ir.Rollout{Pool: pool, Nodes: names, MaxUnavailable: budget, Drain: r.Drain, DrainTimeout: timeout, Path: path})
+	}
+	add("", w.Rollout, "workers.rollout")
+	done := map[string]bool{}
+	for _, name := range append(slices.Clone(w.Order), sortedKeys(w.Pools)...) {
+		if p, ok := w.Pools[name]; ok && !done[name] {
+			done[name] = true
+			add(name, p.Rollout, "workers.pools."+quoteLabel(name)+".rollout")
+		}
+	}
+	return out
+}
+
+// rolloutBudget resolves maxUnavailable (a count, or a percentage rounded
+// up as a DaemonSet's is) against a group of size nodes.
+func rolloutBudget(v any, size int) (int, error) {
+	switch x := v.(type) {
+	case int:
+		return x, nil
+	case int64:
+		return int(x), nil
+	case float64:
+		return int(x), nil
+	case string:
+		pct, err := strconv.Atoi(strings.TrimSuffix(x, "%"))
+		if err != nil || !strings.HasSuffix(x, "%") || pct > 100 {
+			return 0, fmt.Errorf("%s is not a percentage from 0%% to 100%%", diag.Quote(x))
+		}
+		return (pct*size + 99) / 100, nil
+	}
+	return 0, fmt.Errorf("%v is neither a count nor a percentage", v)
 }

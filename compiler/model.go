@@ -52,6 +52,9 @@ type mnode struct {
 	// addrs are the parsed addresses (primary first); invalid ones are
 	// reported by the address checks and left out.
 	addrs []netip.Addr
+	// own lists the fields a pool's node sets for itself (the pool's
+	// nodes map) rather than taking them from the pool.
+	own map[string]bool
 }
 
 // fieldPath is the spec path that holds the node's field: the node's own
@@ -59,6 +62,9 @@ type mnode struct {
 func (n *mnode) fieldPath(field string) string {
 	if n.pool == "" {
 		return n.path + "." + field
+	}
+	if n.own[field] {
+		return n.path + ".nodes." + quoteLabel(n.name) + "." + field
 	}
 	switch field {
 	case "address":
@@ -251,6 +257,15 @@ func (m *model) expandPool(name string, p specPool) {
 		}
 		if len(p.Racks) > 0 {
 			n.spec.Rack = p.Racks[i%len(p.Racks)]
+		}
+		if o, ok := p.Nodes[n.name]; ok {
+			n.own = map[string]bool{}
+			if o.KubeletVersion != "" {
+				n.spec.KubeletVersion, n.own["kubeletVersion"] = o.KubeletVersion, true
+			}
+			if o.KubeProxyVersion != "" {
+				n.spec.KubeProxyVersion, n.own["kubeProxyVersion"] = o.KubeProxyVersion, true
+			}
 		}
 		m.nodes = append(m.nodes, n)
 	}

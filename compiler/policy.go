@@ -666,6 +666,11 @@ func CompileWaivers(src Source) (*ir.Cluster, diag.List, []Waiver) {
 			return
 		}
 		m.profile = src.Profile
+		for _, code := range src.Tolerate {
+			if m.severity[code] == diag.Error {
+				m.severity[code] = diag.Warning
+			}
+		}
 		for _, f := range families() {
 			f.check(m)
 		}

@@ -13,7 +13,7 @@ type family struct {
 func families() []family {
 	return []family{
 		namesFamily(), addressesFamily(), networksFamily(), etcdFamily(), controlPlaneFamily(),
-		versionsFamily(), runtimeFamily(), cniFamily(), storageFamily(), pkiFamily(), installFamily(), cisFamily(), osFamily(), valuesFamily(),
+		versionsFamily(), runtimeFamily(), cniFamily(), storageFamily(), pkiFamily(), installFamily(), cisFamily(), osFamily(), valuesFamily(), rolloutFamily(),
 	}
 }
 

@@ -77,11 +77,12 @@ type specCapacity struct {
 
 // specNodeCommon is #NodeCommon: what a node and a pool share.
 type specNodeCommon struct {
-	Labels         map[string]string `json:"labels"`
-	Taints         []specTaint       `json:"taints"`
-	Capacity       specCapacity      `json:"capacity"`
-	KubeletVersion string            `json:"kubeletVersion"`
-	OS             string            `json:"os"`
+	Labels           map[string]string `json:"labels"`
+	Taints           []specTaint       `json:"taints"`
+	Capacity         specCapacity      `json:"capacity"`
+	KubeletVersion   string            `json:"kubeletVersion"`
+	KubeProxyVersion string            `json:"kubeProxyVersion"`
+	OS               string            `json:"os"`
 }
 
 type specNode struct {
@@ -91,6 +92,17 @@ type specNode struct {
 	MAC              string `json:"mac"`
 	Zone             string `json:"zone"`
 	Rack             string `json:"rack"`
+	// A control-plane node's own versions (#ControlPlaneNode).
+	APIServerVersion         string `json:"apiServerVersion"`
+	ControllerManagerVersion string `json:"controllerManagerVersion"`
+	SchedulerVersion         string `json:"schedulerVersion"`
+}
+
+// specRollout is #Rollout; MaxUnavailable is a count or a percentage.
+type specRollout struct {
+	MaxUnavailable any    `json:"maxUnavailable"`
+	Drain          bool   `json:"drain"`
+	DrainTimeout   string `json:"drainTimeout"`
 }
 
 type specEndpoint struct {
@@ -127,11 +139,18 @@ type specPool struct {
 	MACs                  []string `json:"macs"`
 	Zones                 []string `json:"zones"`
 	Racks                 []string `json:"racks"`
+	Nodes                 map[string]struct {
+		KubeletVersion   string `json:"kubeletVersion"`
+		KubeProxyVersion string `json:"kubeProxyVersion"`
+	} `json:"nodes"`
+	Rollout specRollout `json:"rollout"`
 }
 
 type specWorkers struct {
-	Nodes map[string]specNode `json:"nodes"`
-	Pools map[string]specPool `json:"pools"`
+	Nodes   map[string]specNode `json:"nodes"`
+	Pools   map[string]specPool `json:"pools"`
+	Rollout specRollout         `json:"rollout"`
+	Order   []string            `json:"order"`
 }
 
 type specEtcdMember struct {

@@ -16,6 +16,20 @@ not (the output says so).
 ` + exitCodes("0", "no difference", "1", "the two sides differ", "2", "an error: a spec that does not compile, a usage mistake")
 }
 
+func (planCmd) Help() string {
+	return `Examples:
+  kcompile plan running/ next/                           # two spec directories
+  kcompile plan --git origin/main..HEAD . -o markdown    # a pull-request comment
+  kcompile plan old/ new/ --via 1.36.4 --policy policies/
+
+Every state between the two clusters (mixed versions, partial member
+sets) is compiled and checked as a spec is, with --policy; the plan is
+refused at the first state that fails, naming the step. A state's versions
+are the control-plane nodes' apiServerVersion (and the others), and the
+workers' kubeletVersion, of schema v1alpha1.
+` + exitCodes("0", "a plan, printed", "1", "the plan is refused (a state that does not check, a budget of 0, a downgrade), or a side does not compile", "2", "usage error")
+}
+
 func (upCmd) Help() string {
 	return `Examples:
   sudo kcompile up examples/single-node --binaries .bin/node --images .bin/images

@@ -35,6 +35,7 @@ type cli struct {
 	Check      checkCmd      `cmd:"" help:"Check a spec: schema errors and semantic checks, all reported at once."`
 	Explain    explainCmd    `cmd:"" help:"Show effective values of a spec and where each came from."`
 	Build      buildCmd      `cmd:"" help:"Compile a spec into a target and write it atomically to DIR/<target> (-d DIR, default out)."`
+	Plan       planCmd       `cmd:"" help:"Order a change of a running cluster, OLD spec to NEW: stages and steps within the rollout budgets, every state between the two compiled and checked."`
 	Diff       diffCmd       `cmd:"" help:"Show what a spec change does to the compiled cluster: nodes, files, restarts, etcd quorum; or compare a built tree with a golden directory."`
 	Provision  provisionCmd  `cmd:"" help:"Provision bare metal: serve every node's cloud-init through Matchbox with OpenTofu/Terraform (init, plan, confirm, apply)."`
 	Up         upCmd         `cmd:"" help:"Boot the compiled cluster for real: every node a systemd-nspawn machine (real systemd, its own network namespace) booting its systemd tree or its cloud-init; runs until Ctrl-C or kcompile down (root)."`

@@ -44,6 +44,11 @@ type Cluster struct {
 	Boot *Boot
 	// Settings are every effective value with its origin, sorted by path.
 	Settings []Setting
+	// Rollouts are the worker groups in the order a change rolls through
+	// them: the workers written one by one, then the pools of
+	// workers.order, then the others by name. Groups without nodes are
+	// left out.
+	Rollouts []Rollout
 }
 
 // Kubernetes holds the version of each component.
@@ -202,6 +207,10 @@ type Node struct {
 	Taints            []Taint
 	Capacity          Capacity
 	KubeletVersion    string
+	// The versions of the node's other Kubernetes components, each the
+	// cluster's (Kubernetes) unless the node overrides it during a
+	// rolling upgrade; empty where the node does not run the component.
+	APIServerVersion, ControllerManagerVersion, SchedulerVersion, KubeProxyVersion string
 	// OS is the node's operating system family; OSPath is the spec field
 	// that chose it.
 	OS     OS
@@ -209,6 +218,21 @@ type Node struct {
 	// Binaries are the programs the node's components need, with the
 	// version each must report.
 	Binaries []Binary
+}
+
+// Rollout is how a change reaches one group of workers (kcompile plan
+// and apply): a pool, or the workers written one by one (Pool "").
+type Rollout struct {
+	Pool string
+	// Nodes are the group's nodes, in name order.
+	Nodes []string
+	// MaxUnavailable is the budget resolved against the group's size: how
+	// many of its nodes may restart at once.
+	MaxUnavailable int
+	Drain          bool
+	DrainTimeout   time.Duration
+	// Path is the spec path of the group's rollout settings.
+	Path string
 }
 
 // OS is a node's operating system family.

@@ -1,0 +1,69 @@
+package main
+
+import (
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+
+	"github.com/kcompile/kcompile/compare"
+	"github.com/kcompile/kcompile/plan"
+)
+
+type planCmd struct {
+	Args    []string `arg:"" optional:"" help:"OLD NEW: two spec directories, the running cluster's and the one to become. With --git: the spec directory (default .)."`
+	Git     string   `placeholder:"REV1..REV2" help:"Plan the change of the spec between two git revisions instead of two directories."`
+	Via     []string `placeholder:"VERSION" help:"The release of each Kubernetes minor the change passes through (repeatable): 1.35 → 1.37 passes through 1.36, as --via 1.36.4."`
+	Secrets string   `short:"s" placeholder:"FILE" help:"Secrets bundle both sides are compiled with; without it, one throwaway bundle."`
+	Policy  []string `placeholder:"PDIR" help:"Hold every state of the plan to the organisation policies of PDIR (repeatable)."`
+	Profile string   `enum:",cis" default:"" help:"With --policy: the benchmark every state is checked with."`
+	Output  string   `short:"o" enum:"text,markdown,json" default:"text" help:"Output format: text, markdown (a pull-request comment) or json."`
+}
+
+var viaVersion = regexp.MustCompile(`^1\.([0-9]+)\.[0-9]+$`)
+
+// Run plans; exit 0 with a plan, 1 when the plan is refused, 2 on any
+// other error.
+func (c *planCmd) Run(e *env) error {
+	via := map[int]string{}
+	for _, v := range c.Via {
+		m := viaVersion.FindStringSubmatch(v)
+		if m == nil {
+			return statusError{code: exitUsage, msg: fmt.Sprintf("--via %q: give a Kubernetes release as 1.MINOR.PATCH, such as 1.36.4", v)}
+		}
+		minor, _ := strconv.Atoi(m[1])
+		if prev, ok := via[minor]; ok && prev != v {
+			return statusError{code: exitUsage, msg: fmt.Sprintf("--via names two releases of 1.%d: %s and %s", minor, prev, v)}
+		}
+		via[minor] = v
+	}
+	p, err := compare.Plan(compare.Input{Args: c.Args, Git: c.Git, Secrets: c.Secrets, Policies: c.Policy, Profile: c.Profile,
+		Bound: e.bound, Now: e.now, Rand: rand.Reader, Cwd: e.cwd, Stage: e.progress.stage}, via)
+	var problems *compare.Problems
+	if errors.As(err, &problems) {
+		return printDiagnostics(e, problems.Diagnostics, problems.Msg)
+	}
+	var refused *plan.Refusal
+	if errors.As(err, &refused) {
+		// A state's diagnostics name spec paths: the state is in memory,
+		// its file positions would point nowhere.
+		return statusError{code: exitProblems, msg: "plan refused: " + refused.Error()}
+	}
+	if err != nil {
+		return statusError{code: exitUsage, msg: err.Error()}
+	}
+	switch c.Output {
+	case "json":
+		err = p.WriteJSON(e.stdout)
+	case "markdown":
+		err = p.WriteMarkdown(e.stdout)
+	default:
+		err = p.WriteText(e.stdout)
+	}
+	if err != nil {
+		return statusError{code: exitUsage, msg: err.Error()}
+	}
+	e.progress.done(fmt.Sprintf("planned %s → %s: %s, %s, every state checked", p.From, p.To, plural(len(p.Stages), "stage"), plural(p.Steps(), "step")))
+	return nil
+}

@@ -1,0 +1,540 @@
+package plan
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/kcompile/kcompile/compiler"
+	"github.com/kcompile/kcompile/compiler/ir"
+	"github.com/kcompile/kcompile/review"
+)
+
+// The units a rollout restarts by class: etcd's, the API server's, the
+// controllers', and everything else of a node (its kubelet, kube-proxy,
+// runtime, endpoint proxies).
+const (
+	unitEtcd       = "etcd.service"
+	unitAPIServer  = "kube-apiserver.service"
+	unitController = "kube-controller-manager.service"
+	unitScheduler  = "kube-scheduler.service"
+	unitKubelet    = "kubelet.service"
+	unitKubeProxy  = "kube-proxy.service"
+	// unitInstall checks (or fetches) a node's binaries before its
+	// components start: a version step restarts it first.
+	unitInstall = "kcompile-install.service"
+)
+
+// additions adds NEW's nodes, control-plane and etcd nodes one at a
+// time, each worker group's new nodes in one step; a node whose address
+// changes is replaced: removed, then added.
+func (b *builder) additions() error {
+	added, removed := b.w.changes()
+	moved := map[string]bool{}
+	for _, r := range removed {
+		if slices.ContainsFunc(added, func(a ir.Node) bool { return a.Name == r.Name }) {
+			moved[r.Name] = true
+		}
+	}
+	st := b.stage("nodes added", "new capacity first: a group never runs short while nodes leave it")
+	for _, n := range added {
+		if n.Role == ir.RoleWorker || moved[n.Name] {
+			continue
+		}
+		if err := b.addOne(st, n, "one-member-at-a-time"); err != nil {
+			return err
+		}
+	}
+	for _, g := range b.in.New.Cluster.Rollouts {
+		var ns []ir.Node
+		for _, n := range added {
+			if n.Role == ir.RoleWorker && n.Pool == g.Pool && slices.Contains(g.Nodes, n.Name) && !moved[n.Name] {
+				ns = append(ns, n)
+			}
+		}
+		if len(ns) == 0 {
+			continue
+		}
+		var names []string
+		for _, n := range ns {
+			b.w.fresh[n.Name] = true
+			b.w.present[memberID(n)] = true
+			b.w.ver[memberID(n)] = b.w.base.only(n)
+			names = append(names, n.Name)
+		}
+		if err := b.step(st, Step{Kind: "add workers", Nodes: names, Rule: "add-before-remove",
+			Actions: []string{"lay each node's files (as kcompile build gives them for this state) and boot it"},
+			Gates:   []string{"each node Ready"}}); err != nil {
+			return err
+		}
+	}
+	if len(moved) == 0 {
+		return nil
+	}
+	st = b.stage("members replaced", "a name stands for one member at a time: the member at the old address leaves before the one at the new address joins")
+	for _, r := range removed {
+		if !moved[r.Name] {
+			continue
+		}
+		if err := b.removeOne(st, r, "replace-in-place"); err != nil {
+			return err
+		}
+		i := slices.IndexFunc(added, func(a ir.Node) bool { return a.Name == r.Name })
+		if err := b.addOne(st, added[i], "replace-in-place"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// addOne adds one node that runs an etcd member or a control plane:
+// member add before it starts, with the membership of this step.
+func (b *builder) addOne(st *Stage, n ir.Node, rule string) error {
+	b.w.fresh[n.Name] = true
+	b.w.present[memberID(n)] = true
+	b.w.ver[memberID(n)] = b.w.base.only(n)
+	var actions, gates []string
+	if n.Runs(ir.ComponentEtcd) {
+		peer := "https://" + netip.AddrPortFrom(n.Address(), 2380).String()
+		members := b.w.etcdMembers()
+		actions = append(actions,
+			fmt.Sprintf("etcdctl member add %s --peer-urls=%s, on a running member", n.Name, peer),
+			fmt.Sprintf("lay %s's files, its etcd started with --initial-cluster=%s and --initial-cluster-state=existing, and boot it", n.Name, strings.Join(members, ",")))
+		gates = append(gates, fmt.Sprintf("etcd: %d of %d members healthy", len(members), len(members)))
+	} else {
+		actions = append(actions, fmt.Sprintf("lay %s's files (as kcompile build gives them for this state) and boot it", n.Name))
+	}
+	if n.Runs(ir.ComponentAPIServer) {
+		gates = append(gates, "kube-apiserver of "+n.Name+" answers /readyz")
+	}
+	if n.RunsPods() {
+		gates = append(gates, n.Name+" Ready")
+	}
+	return b.step(st, Step{Kind: "add " + string(n.Role), Nodes: []string{n.Name}, Rule: rule, Actions: actions, Gates: gates, Tolerate: membership(n)})
+}
+
+// removeOne removes one node of the control plane or of etcd: drained,
+// its member removed, powered off.
+func (b *builder) removeOne(st *Stage, n ir.Node, rule string) error {
+	var actions, gates []string
+	if n.RunsPods() {
+		actions = append(actions, fmt.Sprintf("kubectl drain %s --ignore-daemonsets --delete-emptydir-data", n.Name))
+	}
+	if n.Runs(ir.ComponentEtcd) {
+		actions = append(actions, fmt.Sprintf("etcdctl member remove <ID of %s>, on another member", n.Name))
+	}
+	actions = append(actions, fmt.Sprintf("stop %s's units and power it off", n.Name))
+	if n.RunsPods() {
+		actions = append(actions, "kubectl delete node "+n.Name)
+	}
+	b.w.present[memberID(n)] = false
+	if n.Runs(ir.ComponentEtcd) {
+		m := len(b.w.etcdMembers())
+		gates = append(gates, fmt.Sprintf("etcd: %d of %d members healthy", m, m))
+	}
+	if n.Runs(ir.ComponentAPIServer) {
+		gates = append(gates, "the API answers /readyz through the endpoint")
+	}
+	return b.step(st, Step{Kind: "remove " + string(n.Role), Nodes: []string{n.Name}, Rule: rule, Actions: actions, Gates: gates, Tolerate: membership(n)})
+}
+
+// membership are the codes a step that adds or removes an etcd member
+// tolerates in its state: one member at a time passes through an even
+// count.
+func membership(n ir.Node) []string {
+	if n.Runs(ir.ComponentEtcd) {
+		return []string{compiler.CodeEtcdEven}
+	}
+	return nil
+}
+
+// removals removes OLD's nodes NEW does not have: workers in their
+// group's budget, last of each pool first; then the control plane and
+// etcd, one at a time.
+func (b *builder) removals() error {
+	added, removed := b.w.changes()
+	st := b.stage("nodes removed", "each leaving node drained first; a pool shrinks from its end")
+	for _, g := range b.in.Old.Cluster.Rollouts {
+		var ns []ir.Node
+		for _, n := range removed {
+			if n.Role == ir.RoleWorker && n.Pool == g.Pool && slices.Contains(g.Nodes, n.Name) &&
+				!slices.ContainsFunc(added, func(a ir.Node) bool { return a.Name == n.Name }) {
+				ns = append(ns, n)
+			}
+		}
+		if len(ns) == 0 {
+			continue
+		}
+		// A pool's nodes are numbered by address: the last leaves first.
+		sort.Slice(ns, func(i, j int) bool { return ns[j].Address().Less(ns[i].Address()) })
+		batches, err := batch(g, ns)
+		if err != nil {
+			return err
+		}
+		for _, bn := range batches {
+			names := []string{}
+			var actions []string
+			for _, n := range bn {
+				names = append(names, n.Name)
+				b.w.present[memberID(n)] = false
+			}
+			if g.Drain {
+				actions = append(actions, "kubectl drain "+strings.Join(names, " ")+" --ignore-daemonsets --delete-emptydir-data")
+			}
+			actions = append(actions, "power off "+strings.Join(names, ", "), "kubectl delete node "+strings.Join(names, " "))
+			if err := b.step(st, Step{Kind: "remove workers", Nodes: names, Rule: "add-before-remove", Drain: g.Drain,
+				DrainTimeout: timeout(g), Actions: actions, Gates: []string{"the pods evicted from them running elsewhere"}}); err != nil {
+				return err
+			}
+		}
+	}
+	for _, n := range removed {
+		if n.Role == ir.RoleWorker || slices.ContainsFunc(added, func(a ir.Node) bool { return a.Name == n.Name }) {
+			continue
+		}
+		if err := b.removeOne(st, n, "one-member-at-a-time"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// batch splits a group's nodes into its budget.
+func batch(g ir.Rollout, ns []ir.Node) ([][]ir.Node, error) {
+	if g.MaxUnavailable <= 0 {
+		return nil, refuse("%s has rollout.maxUnavailable 0, and the change takes %s out of it: raise %s.maxUnavailable to at least 1 for the change, or leave its nodes alone",
+			groupName(g), joinNodes(ns), g.Path)
+	}
+	var out [][]ir.Node
+	for i := 0; i < len(ns); i += g.MaxUnavailable {
+		out = append(out, ns[i:min(i+g.MaxUnavailable, len(ns))])
+	}
+	return out, nil
+}
+
+func groupName(g ir.Rollout) string {
+	if g.Pool == "" {
+		return "the workers written one by one"
+	}
+	return "pool " + g.Pool
+}
+
+func timeout(g ir.Rollout) string {
+	if !g.Drain {
+		return ""
+	}
+	return g.DrainTimeout.String()
+}
+
+// versions moves the Kubernetes versions, one minor per stage.
+func (b *builder) versions() error {
+	oldMinor, newMinor := 1<<30, 0
+	for _, n := range b.in.Old.Cluster.Nodes {
+		if n.Runs(ir.ComponentAPIServer) {
+			oldMinor = min(oldMinor, minorOf(n.APIServerVersion))
+		}
+	}
+	for _, n := range b.in.New.Cluster.Nodes {
+		if n.Runs(ir.ComponentAPIServer) {
+			newMinor = max(newMinor, minorOf(n.APIServerVersion))
+		}
+	}
+	if newMinor < oldMinor {
+		return refuse("the change moves the API servers back from 1.%d to 1.%d: Kubernetes does not support a downgrade (its storage may already hold the newer minor's objects); restore a backup of the older cluster instead", oldMinor, newMinor)
+	}
+	var targets []string
+	for m := oldMinor + 1; m < newMinor; m++ {
+		v, ok := b.in.Via[m]
+		if !ok || minorOf(v) != m {
+			return refuse("Kubernetes moves one minor at a time, and 1.%d → 1.%d passes through 1.%d: give the release to pass through, such as --via 1.%d.PATCH (the minor's latest patch)", oldMinor, newMinor, m, m)
+		}
+		targets = append(targets, v)
+	}
+	changed := b.w.etcd != b.in.New.Cluster.Etcd.Version
+	for _, n := range b.in.New.Cluster.Nodes {
+		if b.w.ver[memberID(n)] != nodeVersions(n) {
+			changed = true
+		}
+	}
+	if !changed {
+		return nil
+	}
+	from := b.w.base.APIServer
+	for _, v := range targets {
+		st := b.stage(fmt.Sprintf("Kubernetes %s → %s", from, v), "a stage of its own: Kubernetes supports moving one minor at a time")
+		if err := b.roll(st, func(n ir.Node) versions { return allAt(v).only(n) }, false); err != nil {
+			return err
+		}
+		b.w.base = allAt(v)
+		from = v
+	}
+	st := b.stage(fmt.Sprintf("Kubernetes %s → %s", from, b.in.New.Cluster.Kubernetes.APIServer), "")
+	if err := b.roll(st, nodeVersions, true); err != nil {
+		return err
+	}
+	b.w.base = clusterVersions(b.in.New.Cluster.Kubernetes)
+	b.w.rolled = true
+	return nil
+}
+
+// configuration restarts what a change without a version change needs
+// restarted, in the same order and budgets.
+func (b *builder) configuration() error {
+	if b.w.rolled {
+		return nil
+	}
+	st := b.stage("configuration", "the units whose files changed restart, in the order and budgets of a version change")
+	b.configOnly = true
+	return b.roll(st, nodeVersions, true)
+}
+
+// roll takes every present node of NEW to its target versions: etcd
+// first, then the API servers, the controllers, and last the nodes'
+// own components, within their budgets. With diff, the units whose
+// files changed restart too.
+func (b *builder) roll(st *Stage, target func(ir.Node) versions, diff bool) error {
+	w := b.w
+	// Without a version change, every step is a restart of what changed.
+	rule := func(r string) string {
+		if w.rolled || b.configOnly {
+			return "restart-what-changed"
+		}
+		return r
+	}
+	nodes := b.in.New.Cluster.Nodes
+	changed := map[string][]string{}
+	if diff && b.in.Report != nil {
+		for _, c := range b.in.Report.Nodes {
+			if c.Status != review.Added {
+				changed[c.Node] = append(slices.Clone(c.Restarts), c.Starts...)
+			}
+		}
+	}
+	restarts := func(n ir.Node) []string {
+		if w.fresh[n.Name] {
+			return nil // booted by this plan with its files of then
+		}
+		return changed[n.Name]
+	}
+	has := func(n ir.Node, unit string) bool { return slices.Contains(restarts(n), unit) }
+	// etcd, one member at a time.
+	newEtcd := b.in.New.Cluster.Etcd.Version
+	var members []ir.Node
+	for _, n := range nodes {
+		if n.Runs(ir.ComponentEtcd) && (w.etcd != newEtcd || has(n, unitEtcd)) {
+			members = append(members, n)
+		}
+	}
+	for i, n := range members {
+		if i == len(members)-1 {
+			w.etcd = newEtcd
+		}
+		m := len(w.etcdMembers())
+		if err := b.step(st, Step{Kind: "etcd", Nodes: []string{n.Name}, Restarts: withInstall(has(n, unitInstall), unitEtcd), Rule: rule("etcd-first"),
+			Actions: []string{fmt.Sprintf("lay %s's files and restart etcd (etcd %s)", n.Name, newEtcd)},
+			Gates:   []string{fmt.Sprintf("etcd member %s healthy; %d of %d members healthy", n.Name, m, m)}}); err != nil {
+			return err
+		}
+	}
+	// The API servers, one node at a time.
+	for _, n := range nodes {
+		if !n.Runs(ir.ComponentAPIServer) {
+			continue
+		}
+		id, t := memberID(n), target(n)
+		if w.ver[id].APIServer == t.APIServer && !has(n, unitAPIServer) {
+			continue
+		}
+		v := w.ver[id]
+		v.APIServer = t.APIServer
+		w.ver[id] = v
+		if err := b.step(st, Step{Kind: "api server", Nodes: []string{n.Name}, Restarts: withInstall(has(n, unitInstall), unitAPIServer), Rule: rule("api-servers-first"),
+			Actions: []string{fmt.Sprintf("lay %s's files and restart %s (kube-apiserver %s)", n.Name, strings.Join(withInstall(has(n, unitInstall), unitAPIServer), ", "), t.APIServer)},
+			Gates:   []string{"kube-apiserver of " + n.Name + " answers /readyz"}}); err != nil {
+			return err
+		}
+	}
+	// The controllers, one node at a time.
+	for _, n := range nodes {
+		if !n.Runs(ir.ComponentControllerManager) {
+			continue
+		}
+		id, t := memberID(n), target(n)
+		v := w.ver[id]
+		if v.ControllerManager == t.ControllerManager && v.Scheduler == t.Scheduler && !has(n, unitController) && !has(n, unitScheduler) {
+			continue
+		}
+		v.ControllerManager, v.Scheduler = t.ControllerManager, t.Scheduler
+		w.ver[id] = v
+		if err := b.step(st, Step{Kind: "controllers", Nodes: []string{n.Name}, Restarts: withInstall(has(n, unitInstall), unitController, unitScheduler), Rule: rule("controllers-after-api-servers"),
+			Actions: []string{fmt.Sprintf("lay %s's files and restart kube-controller-manager (%s) and kube-scheduler (%s)", n.Name, t.ControllerManager, t.Scheduler)},
+			Gates:   []string{"kube-controller-manager and kube-scheduler of " + n.Name + " answer /healthz"}}); err != nil {
+			return err
+		}
+	}
+	// The nodes' own components: the control plane's one at a time, then
+	// each worker group within its budget.
+	nodeUnits := func(n ir.Node) ([]string, bool) {
+		id, t := memberID(n), target(n)
+		v := w.ver[id]
+		var units []string
+		version := v.Kubelet != t.Kubelet || v.KubeProxy != t.KubeProxy
+		if version {
+			units = append(units, unitKubelet)
+			if n.Runs(ir.ComponentKubeProxy) {
+				units = append(units, unitKubeProxy)
+			}
+		}
+		for _, u := range restarts(n) {
+			if !slices.Contains([]string{unitEtcd, unitAPIServer, unitController, unitScheduler}, u) && !slices.Contains(units, u) {
+				units = append(units, u)
+			}
+		}
+		sort.Strings(units)
+		// A new kubelet minor or a new runtime restarts the pods: the
+		// node is drained first.
+		drain := minorOf(v.Kubelet) != minorOf(t.Kubelet) || slices.ContainsFunc(units, func(u string) bool {
+			return u == "containerd.service" || u == "crio.service"
+		})
+		return units, drain
+	}
+	move := func(n ir.Node) {
+		id, t := memberID(n), target(n)
+		v := w.ver[id]
+		v.Kubelet, v.KubeProxy = t.Kubelet, t.KubeProxy
+		w.ver[id] = v
+	}
+	for _, n := range nodes {
+		if n.Role != ir.RoleControlPlane {
+			continue
+		}
+		units, drain := nodeUnits(n)
+		if len(units) == 0 {
+			continue
+		}
+		move(n)
+		s := Step{Kind: "node", Nodes: []string{n.Name}, Restarts: units, Rule: rule("nodes-in-budget"), Drain: drain,
+			Gates: []string{n.Name + " Ready", "kube-apiserver of " + n.Name + " answers /readyz"}}
+		s.Actions = nodeActions(s, n.Name)
+		if err := b.step(st, s); err != nil {
+			return err
+		}
+	}
+	for _, g := range b.in.New.Cluster.Rollouts {
+		var todo []ir.Node
+		drains := map[string]bool{}
+		units := map[string][]string{}
+		in := map[string]bool{}
+		for _, name := range g.Nodes {
+			in[name] = true
+		}
+		for _, n := range nodes {
+			if n.Role != ir.RoleWorker || n.Pool != g.Pool || !in[n.Name] {
+				continue
+			}
+			us, drain := nodeUnits(n)
+			if len(us) > 0 {
+				todo = append(todo, n)
+				units[n.Name], drains[n.Name] = us, drain
+			}
+		}
+		if len(todo) == 0 {
+			continue
+		}
+		batches, err := batch(g, todo)
+		if err != nil {
+			return err
+		}
+		for _, bn := range batches {
+			s := Step{Kind: "workers", Rule: rule("nodes-in-budget")}
+			for _, n := range bn {
+				s.Nodes = append(s.Nodes, n.Name)
+				s.Drain = s.Drain || (drains[n.Name] && g.Drain)
+				for _, u := range units[n.Name] {
+					if !slices.Contains(s.Restarts, u) {
+						s.Restarts = append(s.Restarts, u)
+					}
+				}
+				move(n)
+			}
+			sort.Strings(s.Restarts)
+			s.DrainTimeout = map[bool]string{true: g.DrainTimeout.String()}[s.Drain]
+			s.Actions = nodeActions(s, strings.Join(s.Nodes, " "))
+			s.Gates = []string{"each node Ready"}
+			if s.Drain {
+				s.Gates = append(s.Gates, "the pods evicted from them running elsewhere")
+			}
+			if err := b.step(st, s); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// withInstall puts the install unit first where the node's binaries
+// change.
+func withInstall(install bool, units ...string) []string {
+	if install {
+		return append([]string{unitInstall}, units...)
+	}
+	return units
+}
+
+func nodeActions(s Step, names string) []string {
+	var out []string
+	if s.Drain {
+		out = append(out, "kubectl drain "+names+" --ignore-daemonsets --delete-emptydir-data")
+	}
+	out = append(out, "lay the files of "+names+" and restart "+strings.Join(s.Restarts, ", "))
+	if s.Drain {
+		out = append(out, "kubectl uncordon "+names)
+	}
+	return out
+}
+
+// explicit takes the steps a restart does not apply, from diff's
+// analysis; labels only once the nodes run the new configuration (late).
+// etcd's membership is the plan's own (additions, removals).
+func (b *builder) explicit(late bool) error {
+	if b.in.Report == nil {
+		return nil
+	}
+	name := "settings a restart does not apply"
+	if late {
+		name = "labels and taints of registered nodes"
+	}
+	st := b.stage(name, "")
+	for _, s := range b.in.Report.Steps {
+		if strings.HasPrefix(s.Setting, "etcd membership") || strings.HasPrefix(s.Setting, "labels and taints") != late {
+			continue
+		}
+		if err := b.step(st, Step{Kind: "explicit", Nodes: nil, Rule: "explicit-step",
+			Actions: append([]string{s.Setting + ": " + s.Why}, s.Actions...)}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// addons applies NEW's addon manifests last.
+func (b *builder) addons() error {
+	changed := b.w.addonsChange()
+	if b.in.Report != nil {
+		for _, f := range b.in.Report.Files {
+			if f.Node == "" && strings.Contains(f.Path, "addons/") {
+				changed = true
+			}
+		}
+	}
+	if !changed {
+		return nil
+	}
+	b.w.addon = true
+	st := b.stage("addons", "")
+	return b.step(st, Step{Kind: "addons", Rule: "addons-last",
+		Actions: []string{"kubectl apply --server-side -f the cluster tree's addons/, in file order"},
+		Gates:   []string{"every addon's Deployments and DaemonSets rolled out"}})
+}
