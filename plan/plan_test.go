@@ -3,6 +3,7 @@ package plan_test
 import (
 	"errors"
 	"fmt"
+	"html"
 	"math/rand"
 	"os"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 	"github.com/kcompile/kcompile/compiler"
 	"github.com/kcompile/kcompile/compiler/diag"
 	"github.com/kcompile/kcompile/compiler/ir"
+	"github.com/kcompile/kcompile/internal/fixture"
 	"github.com/kcompile/kcompile/plan"
 )
 
@@ -445,6 +447,29 @@ func BenchmarkPlanLarge(b *testing.B) {
 		}
 		if p.States != p.Steps() || p.Steps() < 60 {
 			b.Fatalf("%d states checked for %d steps", p.States, p.Steps())
+		}
+	}
+}
+
+// The Markdown's picture of the stages is Mermaid that Mermaid's own CLI
+// renders, with every stage and run in it.
+func TestMarkdownPictureRenders(t *testing.T) {
+	three := cluster{version: "1.36.4", blue: 3}
+	five := cluster{version: "1.37.2", blue: 4}
+	five.cps = []string{"cp1 10.0.0.11 a", "cp2 10.0.0.12 b", "cp3 10.0.0.13 c", "cp4 10.0.0.14 d", "cp5 10.0.0.15 e"}
+	p, err := makePlan(t, three.write(t), five.write(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var md strings.Builder
+	if err := p.WriteMarkdown(&md); err != nil {
+		t.Fatal(err)
+	}
+	svg := html.UnescapeString(fixture.Mermaid(t, md.String())[0])
+	for _, want := range []string{"1. nodes added", "2. Kubernetes 1.36.4 → 1.37.2", "add control-plane (2 steps)", "cp4, cp5",
+		"api server (5 steps)", "workers (4 steps)", "blue-1, blue-2, blue-3, blue-4"} {
+		if !strings.Contains(svg, want) {
+			t.Errorf("the picture has no %q", want)
 		}
 	}
 }

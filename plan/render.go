@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/kcompile/kcompile/picture"
 )
 
 // WriteJSON writes the plan as JSON, the states left out.
@@ -72,6 +74,10 @@ func (p *Plan) WriteMarkdown(w io.Writer) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "### kcompile plan: `%s` → `%s`\n\n", mdCode(p.From), mdCode(p.To))
 	fmt.Fprintf(&b, "%s, %s; every state between the two clusters compiled and checked (%d).\n", count(len(p.Stages), "stage"), count(p.Steps(), "step"), p.States)
+	if len(p.Stages) > 0 {
+		// GitHub and GitLab render a mermaid block as its picture.
+		b.WriteString("\n```mermaid\n" + p.Picture().Mermaid() + "```\n")
+	}
 	for i, s := range p.Stages {
 		fmt.Fprintf(&b, "\n#### Stage %d: %s\n\n", i+1, mdCell(s.Name))
 		if s.Why != "" {
@@ -112,4 +118,62 @@ func count(n int, word string) string {
 		return "1 " + word
 	}
 	return fmt.Sprintf("%d %ss", n, word)
+}
+
+// Picture is the plan's stages as a picture: each stage a group of its
+// runs of alike steps, in order.
+func (p *Plan) Picture() picture.Stages {
+	out := picture.Stages{Title: "plan " + p.From + " → " + p.To}
+	for _, s := range p.Stages {
+		ps := picture.Stage{Name: s.Name}
+		for i := 0; i < len(s.Steps); {
+			j := i
+			var nodes []string
+			for j < len(s.Steps) && s.Steps[j].Kind == s.Steps[i].Kind {
+				nodes = append(nodes, s.Steps[j].Nodes...)
+				j++
+			}
+			first, last := s.Steps[i], s.Steps[j-1]
+			lines := []string{first.Kind + " (" + count(j-i, "step") + ")"}
+			if len(nodes) > 0 {
+				lines = append(lines, shortList(nodes))
+			}
+			steps := fmt.Sprintf("step %d", first.N)
+			if last.N != first.N {
+				steps = fmt.Sprintf("steps %d–%d", first.N, last.N)
+			}
+			lines = append(lines, steps)
+			ps.Runs = append(ps.Runs, picture.Run{Kind: runKind(first.Kind), Lines: lines})
+			i = j
+		}
+		out.Stages = append(out.Stages, ps)
+	}
+	return out
+}
+
+// shortList names up to six nodes, and the first three and the last of
+// more.
+func shortList(nodes []string) string {
+	if len(nodes) <= 6 {
+		return strings.Join(nodes, ", ")
+	}
+	return fmt.Sprintf("%s … %s (%d nodes)", strings.Join(nodes[:3], ", "), nodes[len(nodes)-1], len(nodes))
+}
+
+func runKind(kind string) picture.RunKind {
+	switch {
+	case kind == "etcd":
+		return picture.RunEtcd
+	case kind == "workers":
+		return picture.RunWorkers
+	case strings.HasPrefix(kind, "add "):
+		return picture.RunAdd
+	case strings.HasPrefix(kind, "remove "):
+		return picture.RunRemove
+	case kind == "explicit":
+		return picture.RunExplicit
+	case kind == "addons":
+		return picture.RunAddons
+	}
+	return picture.RunControlPlane
 }
