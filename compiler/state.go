@@ -51,12 +51,22 @@ func Concrete(src Source) (map[string]any, diag.List) {
 // as if it were the only file of dir, with src's profile, policies,
 // tolerated codes and bound. Its diagnostics point into StateFile.
 func StateSource(src Source, data map[string]any) (Source, error) {
-	b, err := json.MarshalIndent(data, "", "\t")
+	text, err := StateText(data)
 	if err != nil {
 		return Source{}, err
 	}
-	// A JSON object is a CUE struct: the file embeds it.
-	text := append([]byte("package state\n\n"), b...)
-	return Source{Dir: src.Dir, Overlay: map[string][]byte{StateFile: append(text, '\n')}, OverlayOnly: true,
+	return Source{Dir: src.Dir, Overlay: map[string][]byte{StateFile: text}, OverlayOnly: true,
 		Profile: src.Profile, Policies: src.Policies, Tolerate: src.Tolerate, Bound: src.Bound}, nil
+}
+
+// StateText is spec data written as a spec file: a CUE package whose one
+// value is the data (a JSON object is a CUE struct; the file embeds it).
+// kcompile plan --states writes each state so, and StateSource compiles
+// the same text.
+func StateText(data map[string]any) ([]byte, error) {
+	b, err := json.MarshalIndent(data, "", "\t")
+	if err != nil {
+		return nil, err
+	}
+	return append(append([]byte("package state\n\n"), b...), '\n'), nil
 }

@@ -8,7 +8,9 @@ import (
 	"strconv"
 
 	"github.com/kcompile/kcompile/compare"
+	"github.com/kcompile/kcompile/compiler"
 	"github.com/kcompile/kcompile/plan"
+	"github.com/kcompile/kcompile/targets"
 )
 
 type planCmd struct {
@@ -19,6 +21,7 @@ type planCmd struct {
 	Policy  []string `placeholder:"PDIR" help:"Hold every state of the plan to the organisation policies of PDIR (repeatable)."`
 	Profile string   `enum:",cis" default:"" help:"With --policy: the benchmark every state is checked with."`
 	Output  string   `short:"o" enum:"text,markdown,json" default:"text" help:"Output format: text, markdown (a pull-request comment) or json."`
+	States  string   `placeholder:"DIR" help:"Write the state each step leaves as a spec of its own, DIR/step-NNN/state.cue, for kcompile check, build or diff (a directory kcompile owns, written atomically)."`
 }
 
 var viaVersion = regexp.MustCompile(`^1\.([0-9]+)\.[0-9]+$`)
@@ -63,6 +66,25 @@ func (c *planCmd) Run(e *env) error {
 	}
 	if err != nil {
 		return statusError{code: exitUsage, msg: err.Error()}
+	}
+	if c.States != "" {
+		tree := targets.NewTree()
+		for _, s := range p.Stages {
+			for _, st := range s.Steps {
+				text, err := compiler.StateText(st.State)
+				if err == nil {
+					err = tree.Add(fmt.Sprintf("step-%03d/state.cue", st.N), text, 0o644)
+				}
+				if err != nil {
+					return statusError{code: exitUsage, msg: err.Error()}
+				}
+			}
+		}
+		// States hold no key material: the manifest is not bound to a
+		// bundle, as up's and sim's trees are not.
+		if err := writeTree(e, c.States, tree, nil, false); err != nil {
+			return err
+		}
 	}
 	e.progress.done(fmt.Sprintf("planned %s → %s: %s, %s, every state checked", p.From, p.To, plural(len(p.Stages), "stage"), plural(p.Steps(), "step")))
 	return nil
