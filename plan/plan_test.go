@@ -473,3 +473,31 @@ func TestMarkdownPictureRenders(t *testing.T) {
 		}
 	}
 }
+
+// --policy holds every state: a policy that forbids two API server
+// minors at once refuses a version change at its first step, naming the
+// policy.
+func TestPolicyOnEveryState(t *testing.T) {
+	policies := t.TempDir()
+	if err := os.WriteFile(filepath.Join(policies, "policy.cue"), []byte(`package policies
+
+policies: "one-api-minor": {
+	message: "every API server runs one minor release"
+	require: facts: apiServerMinors: [_]
+}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	old := cluster{version: "1.36.4", blue: 1}.write(t)
+	new := cluster{version: "1.37.2", blue: 1}.write(t)
+	_, err := compare.Plan(compare.Input{Args: []string{old, new}, Policies: []string{policies},
+		Now: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC), Rand: rand.New(rand.NewSource(1)), Cwd: "/"}, nil)
+	var r *plan.Refusal
+	if !errors.As(err, &r) || r.Step != 1 || !strings.Contains(r.Error(), "one-api-minor") {
+		t.Errorf("the policy's refusal at step 1: %v", err)
+	}
+	// Both ends keep the policy: without it in the way, the same change plans.
+	if _, err := makePlan(t, old, new); err != nil {
+		t.Errorf("without the policy: %v", err)
+	}
+}
