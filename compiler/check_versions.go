@@ -131,9 +131,9 @@ func checkVersions(m *model) {
 	// version is older (a state of a rolling upgrade): then it is checked
 	// where kubernetes.version sets it, once.
 	defaulted := map[string]bool{}
-	check := func(path, clusterPath, name, v, newer, older string) {
+	check := func(clusterPath, name, v, newer, older string) {
+		var path string
 		switch {
-		case path != "":
 		case m.written(clusterPath):
 			path = clusterPath
 		case oldest.own:
@@ -147,8 +147,10 @@ func checkVersions(m *model) {
 		}
 		skew(path, name, v, newer, older)
 	}
-	check("", "kubernetes.components.kubeProxy", "kube-proxy", k.Components.KubeProxy, CodeKubeProxyNewer, CodeKubeProxyOld)
-	check("", "kubernetes.components.kubelet", "kubelet", k.Components.Kubelet, CodeKubeletNewer, CodeKubeletOld)
+	if m.spec.Network.KubeProxy.Mode != "none" || m.written("kubernetes.components.kubeProxy") {
+		check("kubernetes.components.kubeProxy", "kube-proxy", k.Components.KubeProxy, CodeKubeProxyNewer, CodeKubeProxyOld)
+	}
+	check("kubernetes.components.kubelet", "kubelet", k.Components.Kubelet, CodeKubeletNewer, CodeKubeletOld)
 	seen := map[string]bool{}
 	for _, n := range m.nodes {
 		if !n.runsPods() {
@@ -292,4 +294,17 @@ func abs(x int) int {
 		return -x
 	}
 	return x
+}
+
+// EtcdSupports says whether kcompile compiles etcd release etcd with
+// Kubernetes 1.kubeMinor (KC0607's table): kcompile plan moves etcd in
+// the first stage whose control plane supports its new release.
+func EtcdSupports(kubeMinor int, etcd string) bool {
+	v := parseVersion(etcd)
+	for _, r := range etcdSupport() {
+		if kubeMinor >= r.fromMinor && kubeMinor <= r.toMinor {
+			return v.compare(r.min) >= 0 && v.compare(r.max) < 0
+		}
+	}
+	return false
 }

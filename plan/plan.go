@@ -99,7 +99,7 @@ type Rule struct {
 func Rules() []Rule {
 	return []Rule{
 		{"minor-at-a-time", "Kubernetes versions move one minor at a time: a change of two minors is two stages, through a release of the minor between (--via)"},
-		{"etcd-first", "within a version stage etcd goes first where its version changes, one member at a time"},
+		{"etcd-first", "etcd goes first, one member at a time, in the first version stage whose control plane supports its new release"},
 		{"api-servers-first", "API servers go before every other component, one control-plane node at a time: no kubelet, kube-proxy, controller-manager or scheduler is ever newer than an API server it can reach through the endpoint, and no two API servers are more than one minor apart"},
 		{"controllers-after-api-servers", "controller-managers and schedulers follow once every API server runs the stage's minor, one control-plane node at a time"},
 		{"nodes-in-budget", "kubelets and kube-proxies go last: control-plane nodes one at a time, then each worker group in workers.order, at most its rollout.maxUnavailable nodes at once, drained first when its rollout.drain is set"},

@@ -501,3 +501,26 @@ policies: "one-api-minor": {
 		t.Errorf("without the policy: %v", err)
 	}
 }
+
+// etcd moves in the first stage whose control plane supports its new
+// release: 1.32's does not support etcd 3.6, 1.33's does.
+func TestEtcdMovesWhereSupported(t *testing.T) {
+	old := cluster{version: "1.32.9", blue: 1}.write(t)
+	new := cluster{version: "1.34.3", blue: 1}.write(t)
+	p, err := makePlan(t, old, new, "1.33.7")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Stages) != 2 {
+		t.Fatalf("stages: %v", stageNames(p))
+	}
+	for i, s := range p.Stages {
+		etcd := slices.ContainsFunc(s.Steps, func(st plan.Step) bool { return st.Kind == "etcd" })
+		if etcd != (i == 1) {
+			t.Errorf("stage %d (%s) moves etcd: %v; want it in the stage from 1.33", i+1, s.Name, etcd)
+		}
+		if i == 1 && s.Steps[0].Kind != "etcd" {
+			t.Errorf("etcd is not first in its stage: %s", s.Steps[0].Kind)
+		}
+	}
+}

@@ -261,17 +261,33 @@ func (b *builder) versions() error {
 	if !changed {
 		return nil
 	}
+	// etcd moves at the start of the first stage whose control plane
+	// supports its new release (the last one when none does, where the
+	// state's check says why).
+	newEtcd := b.in.New.Cluster.Etcd.Version
+	froms := append([]string{b.w.base.APIServer}, targets...)
+	etcdAt := len(targets)
+	for i, f := range froms {
+		if compiler.EtcdSupports(minorOf(f), newEtcd) {
+			etcdAt = i
+			break
+		}
+	}
 	from := b.w.base.APIServer
-	for _, v := range targets {
+	for i, v := range targets {
 		st := b.stage(fmt.Sprintf("Kubernetes %s → %s", from, v), "a stage of its own: Kubernetes supports moving one minor at a time")
-		if err := b.roll(st, func(n ir.Node) versions { return allAt(v).only(n) }, false); err != nil {
+		if err := b.roll(st, func(n ir.Node) versions { return allAt(v).only(n) }, false, i == etcdAt); err != nil {
 			return err
 		}
 		b.w.base = allAt(v)
 		from = v
 	}
-	st := b.stage(fmt.Sprintf("Kubernetes %s → %s", from, b.in.New.Cluster.Kubernetes.APIServer), "")
-	if err := b.roll(st, nodeVersions, true); err != nil {
+	name := fmt.Sprintf("Kubernetes %s → %s", from, b.in.New.Cluster.Kubernetes.APIServer)
+	if from == b.in.New.Cluster.Kubernetes.APIServer {
+		name = "component versions"
+	}
+	st := b.stage(name, "")
+	if err := b.roll(st, nodeVersions, true, etcdAt == len(targets)); err != nil {
 		return err
 	}
 	b.w.base = clusterVersions(b.in.New.Cluster.Kubernetes)
@@ -287,14 +303,14 @@ func (b *builder) configuration() error {
 	}
 	st := b.stage("configuration", "the units whose files changed restart, in the order and budgets of a version change")
 	b.configOnly = true
-	return b.roll(st, nodeVersions, true)
+	return b.roll(st, nodeVersions, true, b.w.etcd != b.in.New.Cluster.Etcd.Version)
 }
 
 // roll takes every present node of NEW to its target versions: etcd
-// first, then the API servers, the controllers, and last the nodes'
-// own components, within their budgets. With diff, the units whose
-// files changed restart too.
-func (b *builder) roll(st *Stage, target func(ir.Node) versions, diff bool) error {
+// first (to NEW's release, with etcd set), then the API servers, the
+// controllers, and last the nodes' own components, within their
+// budgets. With diff, the units whose files changed restart too.
+func (b *builder) roll(st *Stage, target func(ir.Node) versions, diff, etcd bool) error {
 	w := b.w
 	// Without a version change, every step is a restart of what changed.
 	rule := func(r string) string {
@@ -323,17 +339,17 @@ func (b *builder) roll(st *Stage, target func(ir.Node) versions, diff bool) erro
 	newEtcd := b.in.New.Cluster.Etcd.Version
 	var members []ir.Node
 	for _, n := range nodes {
-		if n.Runs(ir.ComponentEtcd) && (w.etcd != newEtcd || has(n, unitEtcd)) {
+		if n.Runs(ir.ComponentEtcd) && ((etcd && w.etcd != newEtcd) || has(n, unitEtcd)) {
 			members = append(members, n)
 		}
 	}
 	for i, n := range members {
-		if i == len(members)-1 {
+		if etcd && i == len(members)-1 {
 			w.etcd = newEtcd
 		}
 		m := len(w.etcdMembers())
 		if err := b.step(st, Step{Kind: "etcd", Nodes: []string{n.Name}, Restarts: withInstall(has(n, unitInstall), unitEtcd), Rule: rule("etcd-first"),
-			Actions: []string{fmt.Sprintf("lay %s's files and restart etcd (etcd %s)", n.Name, newEtcd)},
+			Actions: []string{fmt.Sprintf("lay %s's files and restart etcd (etcd %s)", n.Name, w.etcdAt(etcd, newEtcd))},
 			Gates:   []string{fmt.Sprintf("etcd member %s healthy; %d of %d members healthy", n.Name, m, m)}}); err != nil {
 			return err
 		}

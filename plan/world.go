@@ -429,3 +429,12 @@ func joinNodes(ns []ir.Node) string {
 	}
 	return strings.Join(names, ", ")
 }
+
+// etcdAt is the etcd release a member restarted now runs: NEW's when the
+// step moves etcd, the cluster's otherwise.
+func (w *world) etcdAt(moving bool, release string) string {
+	if moving {
+		return release
+	}
+	return w.etcd
+}
