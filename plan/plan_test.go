@@ -524,3 +524,23 @@ func TestEtcdMovesWhereSupported(t *testing.T) {
 		}
 	}
 }
+
+// A pool NEW adds and names in workers.order is left out of the states
+// before it, and out of their order.
+func TestNewPoolInOrder(t *testing.T) {
+	old := cluster{blue: 2}.write(t)
+	next := cluster{blue: 2, green: 2, extra: "workers: order: [\"green\", \"blue\"]\n"}
+	// The control plane grows first: its states have no pool green yet.
+	next.cps = []string{"cp1 10.0.0.11 a", "cp2 10.0.0.12 b", "cp3 10.0.0.13 c", "cp4 10.0.0.14 d", "cp5 10.0.0.15 e"}
+	p, err := makePlan(t, old, next.write(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kinds []string
+	for _, s := range steps(p) {
+		kinds = append(kinds, s.Kind+" "+strings.Join(s.Nodes, ","))
+	}
+	if want := []string{"add control-plane cp4", "add control-plane cp5", "add workers green-1,green-2"}; len(kinds) < 3 || !slices.Equal(kinds[:3], want) {
+		t.Errorf("steps %v, want them to start with %v", kinds, want)
+	}
+}

@@ -236,6 +236,10 @@ func (w *world) topology(d map[string]any) {
 		}
 		if count == 0 {
 			del(d, "workers", "pools", p)
+			// workers.order may name only pools the state has.
+			if order, ok := get(d, "workers", "order").([]any); ok {
+				set(d, slices.DeleteFunc(slices.Clone(order), func(v any) bool { return v == p }), "workers", "order")
+			}
 			continue
 		}
 		set(d, json.Number(fmt.Sprint(count)), "workers", "pools", p, "count")
