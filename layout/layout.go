@@ -130,6 +130,8 @@ const (
 	SysctlConf       = "etc/sysctl.d/99-kubernetes.conf"
 	EtcdSysusersConf = "etc/sysusers.d/kcompile-etcd.conf"
 	EtcdTmpfilesConf = "etc/tmpfiles.d/kcompile-etcd.conf"
+	// FlannelTmpfilesConf removes flannel's CNI configuration at boot.
+	FlannelTmpfilesConf = "etc/tmpfiles.d/kcompile-flannel.conf"
 	Hostname         = "etc/hostname"
 	Hosts            = "etc/hosts"
 	ResolvConf       = "etc/resolv.conf"

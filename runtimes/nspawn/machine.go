@@ -347,7 +347,11 @@ func (m *machine) exec(ctx context.Context, args ...string) ([]byte, error) {
 		return nil, fmt.Errorf("machine %s is not running", m.name)
 	}
 	full := append([]string{"-t", fmt.Sprint(pid), "-a", "--"}, args...)
-	out, err := exec.CommandContext(ctx, "nsenter", full...).CombinedOutput()
+	cmd := exec.CommandContext(ctx, "nsenter", full...)
+	// nsenter forks to enter the PID namespace: killed at the deadline,
+	// it leaves its child holding the output pipe. Do not wait for it.
+	cmd.WaitDelay = time.Second
+	out, err := cmd.CombinedOutput()
 	if err != nil {
 		var ee *exec.ExitError
 		if errors.As(err, &ee) {

@@ -1140,8 +1140,8 @@ func (c *Cluster) Wait(ctx context.Context) error {
 	}
 }
 
-// stopAPIServers stops every running API server before any machine
-// halts. Halted together, the machines' etcd members could lose quorum
+// stopAPIServers stops every running API server, and the controllers
+// beside it, before any machine halts. Halted together, the machines' etcd members could lose quorum
 // while an API server still drains its requests (one that had just
 // started has its own in flight); those then wait out their timeout
 // and the halt is forced. Stopped first, every API server drains
@@ -1161,7 +1161,9 @@ func (c *Cluster) stopAPIServers(ctx context.Context) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if _, err := m.exec(ctx, "systemctl", "stop", "kube-apiserver.service"); err != nil {
+			// The controllers with it, first (they are ordered after it):
+			// neither is left to fail over, restart, and hold up the halt.
+			if _, err := m.exec(ctx, "systemctl", "stop", "kube-controller-manager.service", "kube-scheduler.service", "kube-apiserver.service"); err != nil {
 				c.logf("down: the API server of %s did not stop before the halt: %v", m.name, err)
 			}
 		}()

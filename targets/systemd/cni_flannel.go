@@ -171,6 +171,14 @@ func flannelNetConfJSON(c *ir.Cluster) string {
 	return string(b) + "\n"
 }
 
+// flannelTmpfiles removes flannel's CNI configuration at boot, and only
+// then ('r!'): its postStart hook installs it once flanneld has leased
+// the node's subnet, whose subnet.env is under /run and so gone after a
+// reboot. A configuration left from before the reboot would make the
+// node Ready again before its pods can get addresses. A kubelet or
+// runtime restart leaves it, as flanneld goes on running.
+const flannelTmpfiles = "r! /" + layout.CNIConfDir + flannelConfList + "\n"
+
 // flannelInstallCNI waits for flanneld's subnet.env, then installs the
 // CNI configuration, whole (the runtime ignores a name that does not end
 // in .conflist, .conf or .json). It gives up after 2 minutes: the kubelet then kills

@@ -553,3 +553,52 @@ func TestCiliumRunsOnControlPlaneNodes(t *testing.T) {
 		t.Errorf("single node: operator replicas %d, maxUnavailable %s", *op.Spec.Replicas, op.Spec.Strategy.RollingUpdate.MaxUnavailable)
 	}
 }
+
+// After a reboot, flannel's CNI configuration is gone until flanneld has
+// leased the node's subnet again: systemd-tmpfiles removes it at boot
+// (--boot, as systemd-tmpfiles-setup.service runs it) and at no other run.
+func TestFlannelConfRemovedAtBoot(t *testing.T) {
+	c := compileExample(t, "dual-stack")
+	tree, err := Build(fixture.Material(t, "dual-stack", nil), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := false
+	for _, n := range c.Nodes {
+		if _, ok := tree.Get(layout.NodeTree(n.Name, layout.FlannelTmpfilesConf)); ok != n.RunsPods() {
+			t.Errorf("%s (runs pods: %v) has %s: %v", n.Name, n.RunsPods(), layout.FlannelTmpfilesConf, ok)
+		}
+		// One node shows the boot's run; the file is the same on each.
+		if !n.RunsPods() || ran {
+			continue
+		}
+		ran = true
+		root := t.TempDir()
+		layNode(t, tree, n.Name, root)
+		conf := filepath.Join(root, layout.CNIConfDir, "10-flannel.conflist")
+		if err := os.MkdirAll(filepath.Dir(conf), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(conf, []byte("{}"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		run := func(args ...string) {
+			t.Helper()
+			args = append([]string{"--root=" + root}, append(args, filepath.Join(root, layout.FlannelTmpfilesConf))...)
+			if out, err := exec.Command("systemd-tmpfiles", args...).CombinedOutput(); err != nil {
+				t.Fatalf("systemd-tmpfiles %v: %v\n%s", args, err, out)
+			}
+		}
+		run("--create", "--remove")
+		if _, err := os.Stat(conf); err != nil {
+			t.Errorf("%s: the configuration is gone without a boot: %v", n.Name, err)
+		}
+		run("--create", "--remove", "--boot")
+		if _, err := os.Stat(conf); !os.IsNotExist(err) {
+			t.Errorf("%s: the configuration is still there after the boot's run: %v", n.Name, err)
+		}
+	}
+	if !ran {
+		t.Fatal("dual-stack has no node that runs pods")
+	}
+}

@@ -179,3 +179,28 @@ func TestStartScript(t *testing.T) {
 		})
 	}
 }
+
+// A controller-manager or scheduler that restarts (each exits when it
+// loses its leader lease) must not start an API server an operator or a
+// halt stopped: ordered after it, not wanting it.
+func TestControllersDoNotPullTheAPIServer(t *testing.T) {
+	tree := buildExample(t, "ha-stacked")
+	for _, unit := range []string{"kube-controller-manager.service", "kube-scheduler.service"} {
+		f, ok := tree.Get(layout.NodeTree("cp1", layout.UnitDir+unit))
+		if !ok {
+			t.Fatalf("cp1 has no %s", unit)
+		}
+		u, err := unitfile.Parse(f.Data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Contains(strings.Fields(strings.Join(u.Get("Unit", "After"), " ")), "kube-apiserver.service") {
+			t.Errorf("%s is not ordered after the API server: %q", unit, u.Get("Unit", "After"))
+		}
+		for _, w := range u.Get("Unit", "Wants") {
+			if slices.Contains(strings.Fields(w), "kube-apiserver.service") {
+				t.Errorf("%s wants the API server: %q", unit, w)
+			}
+		}
+	}
+}

@@ -75,6 +75,11 @@ func nodeFiles(m *pki.Material, tree *targets.Tree, rc *renderCache, opts Option
 				return err
 			}
 		}
+		if n.RunsPods() && c.Network.CNI.Plugin == "flannel" {
+			if err := add(layout.FlannelTmpfilesConf, []byte(flannelTmpfiles), 0o644); err != nil {
+				return err
+			}
+		}
 		if n.Runs(ir.ComponentEtcd) {
 			if err := add(layout.EtcdSysusersConf, []byte(etcdSysusers), 0o644); err != nil {
 				return err

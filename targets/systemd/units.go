@@ -1,6 +1,7 @@
 package systemd
 
 import (
+	"slices"
 	"strings"
 
 	"github.com/kcompile/kcompile/compiler/ir"
@@ -60,6 +61,12 @@ func nodeUnits(c *ir.Cluster, n ir.Node, l placement) []UnitFile {
 		scheduler := service("Kubernetes scheduler", docs+"kube-scheduler/",
 			[]string{"kube-apiserver.service"}, nil, l.program("kube-scheduler"), args(ir.ComponentScheduler, schedulerArgs(l)))
 		sandbox(&scheduler, nil)
+		// Ordered after the API server, but not pulling it in: both exit
+		// when they lose their leader lease, and their restart would
+		// start an API server an operator (or a halt) had just stopped.
+		// The boot starts all three (multi-user.target).
+		orderOnly(&kcm, "kube-apiserver.service")
+		orderOnly(&scheduler, "kube-apiserver.service")
 		out = append(out,
 			UnitFile{"kube-apiserver.service", apiserver},
 			UnitFile{"kube-controller-manager.service", kcm},
@@ -195,5 +202,26 @@ func withEtcdDataDir(u *unitfile.File) {
 				unitfile.Exec("ExecStartPre", "+", layout.Abs(layout.SystemdTmpfiles), "--create", layout.Abs(layout.EtcdTmpfilesConf)),
 			}, u.Sections[i].Directives...)
 		}
+	}
+}
+
+// orderOnly drops unit from the units u wants, keeping it in After=.
+func orderOnly(u *unitfile.File, unit string) {
+	for i, sec := range u.Sections {
+		if sec.Name != "Unit" {
+			continue
+		}
+		var kept []unitfile.Directive
+		for _, d := range sec.Directives {
+			if d.Key == "Wants" {
+				rest := slices.DeleteFunc(strings.Fields(d.Value), func(w string) bool { return w == unit })
+				if len(rest) == 0 {
+					continue
+				}
+				d.Value = strings.Join(rest, " ")
+			}
+			kept = append(kept, d)
+		}
+		u.Sections[i].Directives = kept
 	}
 }
