@@ -132,15 +132,15 @@ const (
 	EtcdTmpfilesConf = "etc/tmpfiles.d/kcompile-etcd.conf"
 	// FlannelTmpfilesConf removes flannel's CNI configuration at boot.
 	FlannelTmpfilesConf = "etc/tmpfiles.d/kcompile-flannel.conf"
-	Hostname         = "etc/hostname"
-	Hosts            = "etc/hosts"
-	ResolvConf       = "etc/resolv.conf"
-	MachineID        = "etc/machine-id"
-	NetworkdNetwork  = "etc/systemd/network/00-kcompile.network"
-	NMConnection     = "etc/NetworkManager/system-connections/kcompile.nmconnection"
-	CloudInitCfgDir  = "etc/cloud/cloud.cfg.d/"
-	CloudInitOff     = "etc/cloud/cloud-init.disabled"
-	ModulesDir       = "lib/modules/"
+	Hostname            = "etc/hostname"
+	Hosts               = "etc/hosts"
+	ResolvConf          = "etc/resolv.conf"
+	MachineID           = "etc/machine-id"
+	NetworkdNetwork     = "etc/systemd/network/00-kcompile.network"
+	NMConnection        = "etc/NetworkManager/system-connections/kcompile.nmconnection"
+	CloudInitCfgDir     = "etc/cloud/cloud.cfg.d/"
+	CloudInitOff        = "etc/cloud/cloud-init.disabled"
+	ModulesDir          = "lib/modules/"
 )
 
 // UnitDropIn is a drop-in of a unit, named name.
