@@ -3,6 +3,7 @@ package compare
 import (
 	"encoding/json"
 	"errors"
+	"slices"
 
 	"github.com/kcompile/kcompile/compiler"
 	"github.com/kcompile/kcompile/compiler/diag"
@@ -26,7 +27,7 @@ func Plan(in Input, via map[int]string) (*plan.Plan, error) {
 		if diags.HasErrors() {
 			return &Problems{Diagnostics: diags, Msg: c.Label + ": the spec does not evaluate to data"}
 		}
-		sides[i] = plan.Side{Label: c.Label, Cluster: c.Cluster, Data: data}
+		sides[i] = plan.Side{Label: c.Label, Cluster: c.Cluster, Data: data, Diagnostics: append(slices.Clone(c.Checks), c.Policies...)}
 		return nil
 	}
 	r, err := Run(in)

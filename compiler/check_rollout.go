@@ -32,32 +32,28 @@ func checkRollout(m *model) {
 	seen := map[string]bool{}
 	for i, name := range w.Order {
 		path := fmt.Sprintf("workers.order[%d]", i)
+		_, exists := w.Pools[name]
 		switch {
 		case seen[name]:
 			m.report(CodeRolloutOrder, path, fmt.Sprintf("pool %s is named twice in workers.order", diag.Quote(name)), "name each pool once")
-		case !hasPool(w.Pools, name):
+		case !exists:
 			m.report(CodeRolloutOrder, path, fmt.Sprintf("workers.order names pool %s, which the spec does not have", diag.Quote(name)),
 				"name pools of workers.pools: "+strings.Join(sortedKeys(w.Pools), ", "))
 		}
 		seen[name] = true
 	}
-	groups := []struct {
-		path string
-		r    specRollout
-	}{{"workers.rollout", w.Rollout}}
-	for _, name := range sortedKeys(w.Pools) {
-		groups = append(groups, struct {
-			path string
-			r    specRollout
-		}{"workers.pools." + quoteLabel(name) + ".rollout", w.Pools[name].Rollout})
+	groups := map[string]specRollout{"workers.rollout": w.Rollout}
+	for name, p := range w.Pools {
+		groups["workers.pools."+quoteLabel(name)+".rollout"] = p.Rollout
 	}
-	for _, g := range groups {
-		if _, err := rolloutBudget(g.r.MaxUnavailable, 1); err != nil {
-			m.report(CodeRolloutBudget, g.path+".maxUnavailable", "maxUnavailable "+err.Error(),
+	for _, path := range sortedKeys(groups) {
+		r := groups[path]
+		if _, err := rolloutBudget(r.MaxUnavailable, 1); err != nil {
+			m.report(CodeRolloutBudget, path+".maxUnavailable", "maxUnavailable "+err.Error(),
 				`give a count of nodes such as 2, or a percentage such as "25%"`)
 		}
-		if d, err := time.ParseDuration(g.r.DrainTimeout); err != nil || d <= 0 {
-			m.report(CodeRolloutTimeout, g.path+".drainTimeout", fmt.Sprintf("drainTimeout %s is not a positive duration", diag.Quote(g.r.DrainTimeout)),
+		if d, err := time.ParseDuration(r.DrainTimeout); err != nil || d <= 0 {
+			m.report(CodeRolloutTimeout, path+".drainTimeout", fmt.Sprintf("drainTimeout %s is not a positive duration", diag.Quote(r.DrainTimeout)),
 				`write a Go duration such as "5m" or "1h30m"`)
 		}
 	}
@@ -76,9 +72,4 @@ func checkRollout(m *model) {
 			}
 		}
 	}
-}
-
-func hasPool(pools map[string]specPool, name string) bool {
-	_, ok := pools[name]
-	return ok
 }

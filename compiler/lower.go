@@ -443,21 +443,20 @@ func irNodeForBinaries(m *model, n *mnode) ir.Node {
 // refused a budget or timeout that does not parse.
 func lowerRollouts(m *model, nodes []ir.Node) []ir.Rollout {
 	w := m.spec.Workers
-	members := map[string][]string{}
+	size := map[string]int{}
 	for _, n := range nodes {
 		if n.Role == ir.RoleWorker {
-			members[n.Pool] = append(members[n.Pool], n.Name)
+			size[n.Pool]++
 		}
 	}
 	var out []ir.Rollout
 	add := func(pool string, r specRollout, path string) {
-		names := members[pool]
-		if len(names) == 0 {
+		if size[pool] == 0 {
 			return
 		}
-		budget, _ := rolloutBudget(r.MaxUnavailable, len(names))
+		budget, _ := rolloutBudget(r.MaxUnavailable, size[pool])
 		timeout, _ := time.ParseDuration(r.DrainTimeout)
-		out = append(out, ir.Rollout{Pool: pool, Nodes: names, MaxUnavailable: budget, Drain: r.Drain, DrainTimeout: timeout, Path: path})
+		out = append(out, ir.Rollout{Pool: pool, MaxUnavailable: budget, Drain: r.Drain, DrainTimeout: timeout, Path: path})
 	}
 	add("", w.Rollout, "workers.rollout")
 	done := map[string]bool{}

@@ -23,6 +23,9 @@ type Side struct {
 	Label   string
 	Cluster *ir.Cluster
 	Data    map[string]any
+	// Diagnostics are the side's warnings and policy violations, from
+	// its own compile.
+	Diagnostics diag.List
 }
 
 // Input is what a plan is made from.
@@ -147,10 +150,8 @@ func Make(in Input) (*Plan, error) {
 	}
 	p := &Plan{From: in.Old.Label, To: in.New.Label}
 	b := &builder{in: in, w: w, plan: p, ends: map[string]bool{}}
-	if in.Check != nil {
-		for _, d := range append(in.Check(in.Old.Data, nil), in.Check(in.New.Data, nil)...) {
-			b.ends[d.Code+" "+d.Message] = true
-		}
+	for _, d := range append(slices.Clone(in.Old.Diagnostics), in.New.Diagnostics...) {
+		b.ends[d.Code+" "+d.Message] = true
 	}
 	for _, f := range []func() error{b.additions, b.removals, func() error { return b.explicit(false) },
 		b.versions, b.configuration, func() error { return b.explicit(true) }, b.addons} {

@@ -425,11 +425,11 @@ func BenchmarkPlanLarge(b *testing.B) {
 		if diags.HasErrors() {
 			b.Fatal(diags)
 		}
-		data, diags := compiler.Concrete(compiler.Source{Dir: dir})
-		if diags.HasErrors() {
-			b.Fatal(diags)
+		data, cdiags := compiler.Concrete(compiler.Source{Dir: dir})
+		if cdiags.HasErrors() {
+			b.Fatal(cdiags)
 		}
-		sides[i] = plan.Side{Label: dir, Cluster: c, Data: data}
+		sides[i] = plan.Side{Label: dir, Cluster: c, Data: data, Diagnostics: diags}
 	}
 	check := func(data map[string]any, tolerate []string) diag.List {
 		src, err := compiler.StateSource(compiler.Source{Dir: dirs[1], Tolerate: tolerate}, data)

@@ -2,13 +2,13 @@ package plan
 
 import (
 	"fmt"
-	"net/netip"
 	"slices"
 	"sort"
 	"strings"
 
 	"github.com/kcompile/kcompile/compiler"
 	"github.com/kcompile/kcompile/compiler/ir"
+	"github.com/kcompile/kcompile/layout"
 	"github.com/kcompile/kcompile/review"
 )
 
@@ -31,13 +31,7 @@ const (
 // time, each worker group's new nodes in one step; a node whose address
 // changes is replaced: removed, then added.
 func (b *builder) additions() error {
-	added, removed := b.w.changes()
-	moved := map[string]bool{}
-	for _, r := range removed {
-		if slices.ContainsFunc(added, func(a ir.Node) bool { return a.Name == r.Name }) {
-			moved[r.Name] = true
-		}
-	}
+	added, removed, moved := b.w.added, b.w.removed, b.w.moved
 	st := b.stage("nodes added", "new capacity first: a group never runs short while nodes leave it")
 	for _, n := range added {
 		if n.Role == ir.RoleWorker || moved[n.Name] {
@@ -50,7 +44,7 @@ func (b *builder) additions() error {
 	for _, g := range b.in.New.Cluster.Rollouts {
 		var ns []ir.Node
 		for _, n := range added {
-			if n.Role == ir.RoleWorker && n.Pool == g.Pool && slices.Contains(g.Nodes, n.Name) && !moved[n.Name] {
+			if n.Role == ir.RoleWorker && n.Pool == g.Pool && !moved[n.Name] {
 				ns = append(ns, n)
 			}
 		}
@@ -96,13 +90,12 @@ func (b *builder) addOne(st *Stage, n ir.Node, rule string) error {
 	b.w.present[memberID(n)] = true
 	b.w.ver[memberID(n)] = b.w.base.only(n)
 	var actions, gates []string
-	if n.Runs(ir.ComponentEtcd) {
-		peer := "https://" + netip.AddrPortFrom(n.Address(), 2380).String()
+	if m, ok := b.w.etcdMember(n); ok {
 		members := b.w.etcdMembers()
 		actions = append(actions,
-			fmt.Sprintf("etcdctl member add %s --peer-urls=%s, on a running member", n.Name, peer),
-			fmt.Sprintf("lay %s's files, its etcd started with --initial-cluster=%s and --initial-cluster-state=existing, and boot it", n.Name, strings.Join(members, ",")))
-		gates = append(gates, fmt.Sprintf("etcd: %d of %d members healthy", len(members), len(members)))
+			fmt.Sprintf("etcdctl member add %s --peer-urls=%s, on a running member", m.Name, m.PeerURL()),
+			fmt.Sprintf("lay %s's files, its etcd started with --initial-cluster=%s and --initial-cluster-state=existing, and boot it", n.Name, members.InitialCluster()))
+		gates = append(gates, fmt.Sprintf("etcd: %d of %d members healthy", len(members.Members), len(members.Members)))
 	} else {
 		actions = append(actions, fmt.Sprintf("lay %s's files (as kcompile build gives them for this state) and boot it", n.Name))
 	}
@@ -120,7 +113,7 @@ func (b *builder) addOne(st *Stage, n ir.Node, rule string) error {
 func (b *builder) removeOne(st *Stage, n ir.Node, rule string) error {
 	var actions, gates []string
 	if n.RunsPods() {
-		actions = append(actions, fmt.Sprintf("kubectl drain %s --ignore-daemonsets --delete-emptydir-data", n.Name))
+		actions = append(actions, drainAction(n.Name))
 	}
 	if n.Runs(ir.ComponentEtcd) {
 		actions = append(actions, fmt.Sprintf("etcdctl member remove <ID of %s>, on another member", n.Name))
@@ -131,7 +124,7 @@ func (b *builder) removeOne(st *Stage, n ir.Node, rule string) error {
 	}
 	b.w.present[memberID(n)] = false
 	if n.Runs(ir.ComponentEtcd) {
-		m := len(b.w.etcdMembers())
+		m := len(b.w.etcdMembers().Members)
 		gates = append(gates, fmt.Sprintf("etcd: %d of %d members healthy", m, m))
 	}
 	if n.Runs(ir.ComponentAPIServer) {
@@ -154,13 +147,11 @@ func membership(n ir.Node) []string {
 // group's budget, last of each pool first; then the control plane and
 // etcd, one at a time.
 func (b *builder) removals() error {
-	added, removed := b.w.changes()
 	st := b.stage("nodes removed", "each leaving node drained first; a pool shrinks from its end")
 	for _, g := range b.in.Old.Cluster.Rollouts {
 		var ns []ir.Node
-		for _, n := range removed {
-			if n.Role == ir.RoleWorker && n.Pool == g.Pool && slices.Contains(g.Nodes, n.Name) &&
-				!slices.ContainsFunc(added, func(a ir.Node) bool { return a.Name == n.Name }) {
+		for _, n := range b.w.removed {
+			if n.Role == ir.RoleWorker && n.Pool == g.Pool && !b.w.moved[n.Name] {
 				ns = append(ns, n)
 			}
 		}
@@ -181,17 +172,17 @@ func (b *builder) removals() error {
 				b.w.present[memberID(n)] = false
 			}
 			if g.Drain {
-				actions = append(actions, "kubectl drain "+strings.Join(names, " ")+" --ignore-daemonsets --delete-emptydir-data")
+				actions = append(actions, drainAction(names...))
 			}
 			actions = append(actions, "power off "+strings.Join(names, ", "), "kubectl delete node "+strings.Join(names, " "))
 			if err := b.step(st, Step{Kind: "remove workers", Nodes: names, Rule: "add-before-remove", Drain: g.Drain,
-				DrainTimeout: timeout(g), Actions: actions, Gates: []string{"the pods evicted from them running elsewhere"}}); err != nil {
+				DrainTimeout: drainTimeout(g, g.Drain), Actions: actions, Gates: []string{"the pods evicted from them running elsewhere"}}); err != nil {
 				return err
 			}
 		}
 	}
-	for _, n := range removed {
-		if n.Role == ir.RoleWorker || slices.ContainsFunc(added, func(a ir.Node) bool { return a.Name == n.Name }) {
+	for _, n := range b.w.removed {
+		if n.Role == ir.RoleWorker || b.w.moved[n.Name] {
 			continue
 		}
 		if err := b.removeOne(st, n, "one-member-at-a-time"); err != nil {
@@ -221,11 +212,17 @@ func groupName(g ir.Rollout) string {
 	return "pool " + g.Pool
 }
 
-func timeout(g ir.Rollout) string {
-	if !g.Drain {
+// drainTimeout is the group's bound on a drain, for a step that drains.
+func drainTimeout(g ir.Rollout, drain bool) string {
+	if !drain {
 		return ""
 	}
 	return g.DrainTimeout.String()
+}
+
+// drainAction cordons and drains nodes, as kubectl does.
+func drainAction(names ...string) string {
+	return "kubectl drain " + strings.Join(names, " ") + " --ignore-daemonsets --delete-emptydir-data"
 }
 
 // versions moves the Kubernetes versions, one minor per stage.
@@ -347,7 +344,7 @@ func (b *builder) roll(st *Stage, target func(ir.Node) versions, diff, etcd bool
 		if etcd && i == len(members)-1 {
 			w.etcd = newEtcd
 		}
-		m := len(w.etcdMembers())
+		m := len(w.etcdMembers().Members)
 		if err := b.step(st, Step{Kind: "etcd", Nodes: []string{n.Name}, Restarts: withInstall(has(n, unitInstall), unitEtcd), Rule: rule("etcd-first"),
 			Actions: []string{fmt.Sprintf("lay %s's files and restart etcd (etcd %s)", n.Name, w.etcdAt(etcd, newEtcd))},
 			Gates:   []string{fmt.Sprintf("etcd member %s healthy; %d of %d members healthy", n.Name, m, m)}}); err != nil {
@@ -442,12 +439,8 @@ func (b *builder) roll(st *Stage, target func(ir.Node) versions, diff, etcd bool
 		var todo []ir.Node
 		drains := map[string]bool{}
 		units := map[string][]string{}
-		in := map[string]bool{}
-		for _, name := range g.Nodes {
-			in[name] = true
-		}
 		for _, n := range nodes {
-			if n.Role != ir.RoleWorker || n.Pool != g.Pool || !in[n.Name] {
+			if n.Role != ir.RoleWorker || n.Pool != g.Pool {
 				continue
 			}
 			us, drain := nodeUnits(n)
@@ -476,7 +469,7 @@ func (b *builder) roll(st *Stage, target func(ir.Node) versions, diff, etcd bool
 				move(n)
 			}
 			sort.Strings(s.Restarts)
-			s.DrainTimeout = map[bool]string{true: g.DrainTimeout.String()}[s.Drain]
+			s.DrainTimeout = drainTimeout(g, s.Drain)
 			s.Actions = nodeActions(s, strings.Join(s.Nodes, " "))
 			s.Gates = []string{"each node Ready"}
 			if s.Drain {
@@ -502,7 +495,7 @@ func withInstall(install bool, units ...string) []string {
 func nodeActions(s Step, names string) []string {
 	var out []string
 	if s.Drain {
-		out = append(out, "kubectl drain "+names+" --ignore-daemonsets --delete-emptydir-data")
+		out = append(out, drainAction(names))
 	}
 	out = append(out, "lay the files of "+names+" and restart "+strings.Join(s.Restarts, ", "))
 	if s.Drain {
@@ -524,7 +517,7 @@ func (b *builder) explicit(late bool) error {
 	}
 	st := b.stage(name, "")
 	for _, s := range b.in.Report.Steps {
-		if strings.HasPrefix(s.Setting, "etcd membership") || strings.HasPrefix(s.Setting, "labels and taints") != late {
+		if s.Kind == review.StepEtcdMembership || (s.Kind == review.StepNodeLabels) != late {
 			continue
 		}
 		if err := b.step(st, Step{Kind: "explicit", Nodes: nil, Rule: "explicit-step",
@@ -540,7 +533,7 @@ func (b *builder) addons() error {
 	changed := b.w.addonsChange()
 	if b.in.Report != nil {
 		for _, f := range b.in.Report.Files {
-			if f.Node == "" && strings.Contains(f.Path, "addons/") {
+			if strings.HasPrefix(f.Path, layout.ClusterTree("addons/")) {
 				changed = true
 			}
 		}

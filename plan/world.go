@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
-	"net/netip"
 	"slices"
 	"sort"
 	"strings"
@@ -71,6 +70,11 @@ type world struct {
 	// fresh are the nodes this plan boots: their files are already the
 	// change's, and they need no restart for it.
 	fresh map[string]bool
+	// added are NEW's nodes OLD does not have (by name and address), in
+	// NEW's order; removed OLD's that NEW does not have, in OLD's; moved
+	// the names on both lists (a member whose address changes).
+	added, removed []ir.Node
+	moved          map[string]bool
 }
 
 func newWorld(in Input) (*world, error) {
@@ -84,8 +88,22 @@ func newWorld(in Input) (*world, error) {
 	for _, n := range in.New.Cluster.Nodes {
 		// NEW's node: the versions it ends with.
 		m := w.members[memberID(n)]
+		if !m.old {
+			w.added = append(w.added, n)
+		}
 		m.node, m.inNew = n, true
 		w.members[memberID(n)] = m
+	}
+	w.moved = map[string]bool{}
+	for _, n := range in.Old.Cluster.Nodes {
+		if !w.members[memberID(n)].inNew {
+			w.removed = append(w.removed, n)
+		}
+	}
+	for _, n := range w.added {
+		if slices.ContainsFunc(w.removed, func(r ir.Node) bool { return r.Name == n.Name }) {
+			w.moved[n.Name] = true
+		}
 	}
 	// A state gives a pool the count of its present nodes: the nodes of
 	// the side with fewer must be the first ones of the other.
@@ -122,29 +140,6 @@ func newWorld(in Input) (*world, error) {
 	return w, nil
 }
 
-// added are NEW's nodes OLD does not have (by name and address), and
-// removed OLD's that NEW does not have; replaced are the names on both
-// lists.
-func (w *world) changes() (added, removed []ir.Node) {
-	in := map[string]bool{}
-	for _, n := range w.in.New.Cluster.Nodes {
-		in[memberID(n)] = true
-	}
-	was := map[string]bool{}
-	for _, n := range w.in.Old.Cluster.Nodes {
-		was[memberID(n)] = true
-		if !in[memberID(n)] {
-			removed = append(removed, n)
-		}
-	}
-	for _, n := range w.in.New.Cluster.Nodes {
-		if !was[memberID(n)] {
-			added = append(added, n)
-		}
-	}
-	return added, removed
-}
-
 // final says the world is NEW.
 func (w *world) final() bool {
 	for id, m := range w.members {
@@ -159,18 +154,32 @@ func (w *world) addonsChange() bool {
 	return w.in.Old.Cluster.Addons.CoreDNS.Version != w.in.New.Cluster.Addons.CoreDNS.Version
 }
 
-// etcdMembers are the present members of etcd, as name=peer URL, sorted
-// by name: the --initial-cluster a member started now is given.
-func (w *world) etcdMembers() []string {
-	var out []string
-	for _, id := range slices.Sorted(maps.Keys(w.members)) {
-		m := w.members[id]
-		if w.present[id] && m.node.Runs(ir.ComponentEtcd) {
-			out = append(out, m.node.Name+"=https://"+netip.AddrPortFrom(m.node.Address(), 2380).String())
+// etcdMembers are the present members of etcd, sorted by name: their
+// InitialCluster is the --initial-cluster a member started now is given.
+func (w *world) etcdMembers() ir.Etcd {
+	var out ir.Etcd
+	for _, e := range []ir.Etcd{w.in.Old.Cluster.Etcd, w.in.New.Cluster.Etcd} {
+		for _, m := range e.Members {
+			id := m.Node + "@" + m.Address.String()
+			if w.present[id] && !slices.ContainsFunc(out.Members, func(o ir.EtcdMember) bool { return o.Node+"@"+o.Address.String() == id }) {
+				out.Members = append(out.Members, m)
+			}
 		}
 	}
-	sort.Strings(out)
+	slices.SortFunc(out.Members, func(a, b ir.EtcdMember) int { return strings.Compare(a.Name, b.Name) })
 	return out
+}
+
+// etcdMember is the member node n runs, as its side has it.
+func (w *world) etcdMember(n ir.Node) (ir.EtcdMember, bool) {
+	for _, e := range []ir.Etcd{w.in.New.Cluster.Etcd, w.in.Old.Cluster.Etcd} {
+		for _, m := range e.Members {
+			if m.Node == n.Name && m.Address == n.Address() {
+				return m, true
+			}
+		}
+	}
+	return ir.EtcdMember{}, false
 }
 
 // data is the spec of the world: NEW's, edited where the world is not
@@ -326,13 +335,12 @@ func (w *world) versions(d map[string]any) {
 		own := func(field, v, base string) {
 			if v != base && v != "" {
 				set(d, v, append(slices.Clone(at), field)...)
-			} else if n.Pool == "" {
-				del(d, append(slices.Clone(at), field)...)
-			} else {
-				del(d, append(slices.Clone(at), field)...)
-				if len(asMap(get(d, at...))) == 0 {
-					del(d, at...)
-				}
+				return
+			}
+			del(d, append(slices.Clone(at), field)...)
+			// A pool's nodes map keeps no empty entry.
+			if n.Pool != "" && len(asMap(get(d, at...))) == 0 {
+				del(d, at...)
 			}
 		}
 		if n.Role == ir.RoleControlPlane {

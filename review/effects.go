@@ -37,10 +37,25 @@ type NodeFacts struct {
 // for a setting whose restart does not apply it, in the order to take
 // the steps.
 type Step struct {
+	// Kind says what the step changes, for a caller that places steps
+	// (kcompile plan); the text says it to a person.
+	Kind    StepKind `json:"-"`
 	Setting string   `json:"setting"`
 	Why     string   `json:"why"`
 	Actions []string `json:"actions"`
 }
+
+// StepKind is what a Step changes.
+type StepKind string
+
+const (
+	StepTrust          StepKind = "trust"
+	StepEtcdMembership StepKind = "etcd-membership"
+	StepServiceCIDR    StepKind = "service-cidr"
+	StepPodCIDR        StepKind = "pod-cidr"
+	StepDomain         StepKind = "domain"
+	StepNodeLabels     StepKind = "node-labels"
+)
 
 // effects are the steps a change needs, in order: trust first (a new
 // CA), then etcd's membership, the ranges and the domain, and last the
@@ -59,6 +74,7 @@ func effects(a, b Side, etcd *EtcdChange) []Step {
 	}
 	if !slices.Equal(fa.ServiceCIDRs, fb.ServiceCIDRs) {
 		out = append(out, Step{
+			Kind:    StepServiceCIDR,
 			Setting: fmt.Sprintf("service CIDR %s → %s", strings.Join(fa.ServiceCIDRs, ","), strings.Join(fb.ServiceCIDRs, ",")),
 			Why:     "the API servers' --service-cluster-ip-range allocates new Services only: every existing Service, the kubernetes Service and CoreDNS's among them, keeps its old ClusterIP",
 			Actions: append(keepServiceSANs(fa.ServiceCIDRs, fb.ServiceCIDRs), []string{
@@ -71,6 +87,7 @@ func effects(a, b Side, etcd *EtcdChange) []Step {
 	}
 	if !slices.Equal(fa.PodCIDRs, fb.PodCIDRs) {
 		out = append(out, Step{
+			Kind:    StepPodCIDR,
 			Setting: fmt.Sprintf("pod CIDR %s → %s", strings.Join(fa.PodCIDRs, ","), strings.Join(fb.PodCIDRs, ",")),
 			Why:     "a Node's spec.podCIDR is set once, when it registers, and cannot change: a restarted kubelet keeps the old range",
 			Actions: []string{
@@ -81,6 +98,7 @@ func effects(a, b Side, etcd *EtcdChange) []Step {
 	}
 	if fa.Domain != fb.Domain {
 		out = append(out, Step{
+			Kind:    StepDomain,
 			Setting: fmt.Sprintf("cluster domain %s → %s", fa.Domain, fb.Domain),
 			Why:     "a pod's resolv.conf is written when it starts: running pods keep searching the old domain",
 			Actions: []string{"once CoreDNS and the kubelets run the new configuration, restart every pod (kubectl rollout restart for each workload)"},
@@ -101,6 +119,7 @@ func caSteps(fa, fb *Facts) []Step {
 		}
 		if name == "service-account" {
 			out = append(out, Step{
+				Kind:    StepTrust,
 				Setting: "service-account signing key " + old + " → " + new,
 				Why:     "tokens signed with the old key stop verifying as soon as the API servers drop it",
 				Actions: []string{
@@ -112,6 +131,7 @@ func caSteps(fa, fb *Facts) []Step {
 			continue
 		}
 		out = append(out, Step{
+			Kind:    StepTrust,
 			Setting: name + " CA " + old + " → " + new,
 			Why:     "a certificate of the new CA is refused by everything that still trusts the old one alone: restarting components one at a time with the new files breaks every connection between the two halves",
 			Actions: []string{
@@ -167,6 +187,7 @@ func etcdSteps(a, b []EtcdMember, e *EtcdChange) []Step {
 			fmt.Sprintf("etcdctl member remove <ID of %s>, then stop etcd on %s", name, om.Node))
 	}
 	return []Step{{
+		Kind:    StepEtcdMembership,
 		Setting: "etcd membership: " + e.Summary(),
 		Why:     "--initial-cluster is read only when a member's data directory is empty: existing members keep the membership they have, and a restart changes nothing",
 		Actions: append(actions, "restart the API servers, whose --etcd-servers list changes, one at a time"),
@@ -243,6 +264,7 @@ func nodeSteps(fa, fb *Facts) []Step {
 		return nil
 	}
 	return []Step{{
+		Kind:    StepNodeLabels,
 		Setting: "labels and taints of " + strings.Join(nodes, ", "),
 		Why:     "a kubelet sets its Node's labels and taints when it registers; restarted with new --node-labels or --register-with-taints it sets again only the well-known labels (zone, region, hostname, instance type, OS, architecture) and removes none, so the others are set and every removal is made through the API",
 		Actions: append([]string{"restart the kubelets with the new configuration (the summary's restarts), then:"}, actions...),

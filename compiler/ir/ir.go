@@ -223,9 +223,8 @@ type Node struct {
 // Rollout is how a change reaches one group of workers (kcompile plan
 // and apply): a pool, or the workers written one by one (Pool "").
 type Rollout struct {
+	// Pool is the pool; the group's nodes are the workers of it.
 	Pool string
-	// Nodes are the group's nodes, in name order.
-	Nodes []string
 	// MaxUnavailable is the budget resolved against the group's size: how
 	// many of its nodes may restart at once.
 	MaxUnavailable int

@@ -101,7 +101,7 @@ func TestSystemdAnalyzeCatchesMistakes(t *testing.T) {
 		t.Fatal("systemd-analyze is required")
 	}
 	root := scratchRoot(t)
-	u := service("bad", "https://example.com/", nil, nil, "/usr/local/bin/missing", nil)
+	u := service("bad", "https://example.com/", nil, nil, nil, "/usr/local/bin/missing", nil)
 	u.Sections[1].Directives = append(u.Sections[1].Directives, unitfile.Directive{Key: "Bogus", Value: "1"})
 	p := filepath.Join(root, layout.UnitDir, "bad.service")
 	writeFile(t, p, render(t, u), 0o644)

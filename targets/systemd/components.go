@@ -37,11 +37,15 @@ func joinAddrs(as []netip.Addr) string {
 	return strings.Join(s, ",")
 }
 
-// service builds the unit of a long-running component.
-func service(description, doc string, after, requires []string, program string, args []string) unitfile.File {
+// service builds the unit of a long-running component, started after
+// the units of after and pulling in those of wants.
+func service(description, doc string, after, wants, requires []string, program string, args []string) unitfile.File {
 	unit := unitfile.Section{Name: "Unit", Directives: []unitfile.Directive{{Key: "Description", Value: description}, {Key: "Documentation", Value: doc}}}
 	if len(after) > 0 {
-		unit.Directives = append(unit.Directives, unitfile.Directive{Key: "After", Value: strings.Join(after, " ")}, unitfile.Directive{Key: "Wants", Value: strings.Join(after, " ")})
+		unit.Directives = append(unit.Directives, unitfile.Directive{Key: "After", Value: strings.Join(after, " ")})
+	}
+	if len(wants) > 0 {
+		unit.Directives = append(unit.Directives, unitfile.Directive{Key: "Wants", Value: strings.Join(wants, " ")})
 	}
 	if len(requires) > 0 {
 		unit.Directives = append(unit.Directives, unitfile.Directive{Key: "Requires", Value: strings.Join(requires, " ")})

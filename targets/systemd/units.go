@@ -1,7 +1,6 @@
 package systemd
 
 import (
-	"slices"
 	"strings"
 
 	"github.com/kcompile/kcompile/compiler/ir"
@@ -34,8 +33,8 @@ func nodeUnits(c *ir.Cluster, n ir.Node, l placement) []UnitFile {
 	}
 	const docs = "https://kubernetes.io/docs/reference/command-line-tools-reference/"
 	if m, ok := members[n.Name]; ok && n.Runs(ir.ComponentEtcd) {
-		u := service("etcd member "+m.Name, "https://etcd.io/docs/",
-			[]string{"network-online.target"}, nil, l.program("etcd"), args(ir.ComponentEtcd, etcdArgs(c, m, l)))
+		online := []string{"network-online.target"}
+		u := service("etcd member "+m.Name, "https://etcd.io/docs/", online, online, nil, l.program("etcd"), args(ir.ComponentEtcd, etcdArgs(c, m, l)))
 		withEtcdDataDir(&u)
 		// Root without DAC override could not enter the etcd user's
 		// data directory. "-": systemd sets the sandbox up for the
@@ -50,23 +49,20 @@ func nodeUnits(c *ir.Cluster, n ir.Node, l placement) []UnitFile {
 		if n.Runs(ir.ComponentEtcd) {
 			after = append(after, "etcd.service")
 		}
-		apiserver := service("Kubernetes API server", docs+"kube-apiserver/", after, nil, l.program("kube-apiserver"), args(ir.ComponentAPIServer, apiServerArgs(c, n, l)))
+		apiserver := service("Kubernetes API server", docs+"kube-apiserver/", after, after, nil, l.program("kube-apiserver"), args(ir.ComponentAPIServer, apiServerArgs(c, n, l)))
 		// The audit log is the one place the API server writes
 		// (LogsDirectory= is relative to /var/log).
 		sandbox(&apiserver, nil, unitfile.Directive{Key: "LogsDirectory", Value: strings.TrimPrefix(layout.AuditLogDir, layout.LogDir)},
 			unitfile.Directive{Key: "LogsDirectoryMode", Value: "0700"})
-		kcm := service("Kubernetes controller manager", docs+"kube-controller-manager/",
-			[]string{"kube-apiserver.service"}, nil, l.program("kube-controller-manager"), args(ir.ComponentControllerManager, controllerManagerArgs(c, l)))
-		sandbox(&kcm, nil)
-		scheduler := service("Kubernetes scheduler", docs+"kube-scheduler/",
-			[]string{"kube-apiserver.service"}, nil, l.program("kube-scheduler"), args(ir.ComponentScheduler, schedulerArgs(l)))
-		sandbox(&scheduler, nil)
-		// Ordered after the API server, but not pulling it in: both exit
-		// when they lose their leader lease, and their restart would
+		// Ordered after the API server, but not pulling it in: each
+		// exits when it loses its leader lease, and its restart would
 		// start an API server an operator (or a halt) had just stopped.
 		// The boot starts all three (multi-user.target).
-		orderOnly(&kcm, "kube-apiserver.service")
-		orderOnly(&scheduler, "kube-apiserver.service")
+		apiAfter := []string{"kube-apiserver.service"}
+		kcm := service("Kubernetes controller manager", docs+"kube-controller-manager/", apiAfter, nil, nil, l.program("kube-controller-manager"), args(ir.ComponentControllerManager, controllerManagerArgs(c, l)))
+		sandbox(&kcm, nil)
+		scheduler := service("Kubernetes scheduler", docs+"kube-scheduler/", apiAfter, nil, nil, l.program("kube-scheduler"), args(ir.ComponentScheduler, schedulerArgs(l)))
+		sandbox(&scheduler, nil)
 		out = append(out,
 			UnitFile{"kube-apiserver.service", apiserver},
 			UnitFile{"kube-controller-manager.service", kcm},
@@ -77,12 +73,12 @@ func nodeUnits(c *ir.Cluster, n ir.Node, l placement) []UnitFile {
 	if n.RunsPods() {
 		runtime := runtimeUnit(c, l)
 		out = append(out, runtime)
-		kubelet := service("Kubernetes node agent", docs+"kubelet/",
-			[]string{"network-online.target", runtime.Name}, []string{runtime.Name}, l.program("kubelet"), args(ir.ComponentKubelet, kubeletArgs(n, l)))
+		kubeletAfter := []string{"network-online.target", runtime.Name}
+		kubelet := service("Kubernetes node agent", docs+"kubelet/", kubeletAfter, kubeletAfter, []string{runtime.Name}, l.program("kubelet"), args(ir.ComponentKubelet, kubeletArgs(n, l)))
 		out = append(out, UnitFile{"kubelet.service", kubelet})
 		if n.Runs(ir.ComponentKubeProxy) {
-			out = append(out, UnitFile{"kube-proxy.service", service("Kubernetes network proxy", docs+"kube-proxy/",
-				[]string{"network-online.target"}, nil, l.program("kube-proxy"),
+			online := []string{"network-online.target"}
+			out = append(out, UnitFile{"kube-proxy.service", service("Kubernetes network proxy", docs+"kube-proxy/", online, online, nil, l.program("kube-proxy"),
 				args(ir.ComponentKubeProxy, []string{flag("config", l.at(layout.KubeProxyConfig)), flag("hostname-override", n.Name)}))})
 		}
 	}
@@ -102,12 +98,14 @@ func nodeUnits(c *ir.Cluster, n ir.Node, l placement) []UnitFile {
 // that changes).
 func runtimeUnit(c *ir.Cluster, l placement) UnitFile {
 	if c.Runtime.Engine == "cri-o" {
-		u := service("CRI-O container runtime", "https://cri-o.io/", []string{"network-online.target"}, nil,
+		online := []string{"network-online.target"}
+		u := service("CRI-O container runtime", "https://cri-o.io/", online, online, nil,
 			l.program("crio"), append([]string{flag("config-dir", l.at(layout.CRIODropInDir))}, l.extraArgs(ir.ComponentRuntime)...))
 		withRuntimeLimits(&u)
 		return UnitFile{"crio.service", u}
 	}
-	u := service("containerd container runtime", "https://containerd.io/", []string{"network-online.target", "local-fs.target"}, nil,
+	after := []string{"network-online.target", "local-fs.target"}
+	u := service("containerd container runtime", "https://containerd.io/", after, after, nil,
 		l.program("containerd"), append([]string{flag("config", l.at(l.containerdConfig))}, l.extraArgs(ir.ComponentRuntime)...))
 	withRuntimeLimits(&u)
 	return UnitFile{"containerd.service", u}
@@ -202,26 +200,5 @@ func withEtcdDataDir(u *unitfile.File) {
 				unitfile.Exec("ExecStartPre", "+", layout.Abs(layout.SystemdTmpfiles), "--create", layout.Abs(layout.EtcdTmpfilesConf)),
 			}, u.Sections[i].Directives...)
 		}
-	}
-}
-
-// orderOnly drops unit from the units u wants, keeping it in After=.
-func orderOnly(u *unitfile.File, unit string) {
-	for i, sec := range u.Sections {
-		if sec.Name != "Unit" {
-			continue
-		}
-		var kept []unitfile.Directive
-		for _, d := range sec.Directives {
-			if d.Key == "Wants" {
-				rest := slices.DeleteFunc(strings.Fields(d.Value), func(w string) bool { return w == unit })
-				if len(rest) == 0 {
-					continue
-				}
-				d.Value = strings.Join(rest, " ")
-			}
-			kept = append(kept, d)
-		}
-		u.Sections[i].Directives = kept
 	}
 }
