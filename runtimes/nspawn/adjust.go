@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/kcompile/kcompile/compiler/ir"
 	"github.com/kcompile/kcompile/layout"
 	"github.com/kcompile/kcompile/pipeline"
@@ -115,6 +117,17 @@ func decide(c *ir.Cluster, p *plan, h hostFacts, target pipeline.Target, mirror 
 	a.nspawn = append(a.nspawn, "--system-call-filter=@keyring")
 	a.add("keyring", "keyring system calls allowed (systemd-nspawn --system-call-filter=@keyring)",
 		"runc makes each container a session keyring")
+	if c.Network.CNI.Plugin == "cilium" {
+		a.nspawn = append(a.nspawn, "--system-call-filter=bpf perf_event_open")
+		a.add("bpf", "bpf() and perf_event_open() allowed (systemd-nspawn --system-call-filter=bpf perf_event_open)",
+			"cilium's agent loads its datapath as eBPF programs and reads its events from perf buffers; systemd-nspawn denies both system calls by default")
+		if h.noSysResource {
+			const why = "this host's capability bounding set lacks CAP_SYS_RESOURCE, and runc does not start a container that adds a capability outside it"
+			a.overrides.DropCapabilities, a.overrides.CapabilitiesWhy = []corev1.Capability{"SYS_RESOURCE"}, why
+			a.add("cilium-sys-resource", "cilium's agent and clean-cilium-state containers started without CAP_SYS_RESOURCE (up applies a copy of "+layout.ClusterTree("addons/20-cni-cilium.yaml")+" without it)",
+				why+"; the agent needs it only to lift the memlock limit on kernels older than 5.11, which account BPF memory to it")
+		}
+	}
 	a.nspawn = append(a.nspawn, "--bind=/dev/kmsg")
 	a.add("kmsg", "/dev/kmsg bound into the machines", "the kubelet's OOM watcher reads the kernel log")
 

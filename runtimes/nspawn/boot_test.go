@@ -57,6 +57,12 @@ func bootInputs(t testing.TB) (binaries, programs string) {
 // builds the trees a target needs.
 func compileFor(t testing.TB, dir string, target pipeline.Target) *pipeline.Output {
 	t.Helper()
+	return compileWith(t, dir, nil, target)
+}
+
+// compileWith is compileFor with the files overlay added to the spec.
+func compileWith(t testing.TB, dir string, overlay map[string][]byte, target pipeline.Target) *pipeline.Output {
+	t.Helper()
 	b, err := pki.New(rand.Reader, time.Now(), pki.NewOptions{Algorithm: pki.ECDSAP256, CAValidity: 10 * 365 * 24 * time.Hour})
 	if err != nil {
 		t.Fatal(err)
@@ -65,7 +71,7 @@ func compileFor(t testing.TB, dir string, target pipeline.Target) *pipeline.Outp
 	if target == pipeline.CloudInit {
 		ts = append(ts, pipeline.CloudInit)
 	}
-	out, err := pipeline.Run(pipeline.Input{Source: compiler.Source{Dir: dir}, Bundle: b, Now: time.Now(), Issue: true, Targets: ts})
+	out, err := pipeline.Run(pipeline.Input{Source: compiler.Source{Dir: dir, Overlay: overlay}, Bundle: b, Now: time.Now(), Issue: true, Targets: ts})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -714,6 +720,126 @@ func TestUpNodeLocal(t *testing.T) {
 	}
 	if n := kubeletStarts(t, k, "w1"); n != starts {
 		t.Errorf("w1's kubelet started again (%d starts, %d before)", n, starts)
+	}
+}
+
+// TestUpCilium boots cilium beside kube-proxy in each routing mode this
+// host's kernel has (it lacks GENEVE, which check refuses:
+// TestCheckRefusesTheModesUpCannotBoot): a VXLAN tunnel and native
+// routing. Each time: the agents healthy, the pods cilium's endpoints,
+// pod to pod across the nodes by the mode's path, DNS, and the Service
+// from a pod, answered by both nodes' pods.
+func TestUpCilium(t *testing.T) {
+	for _, mode := range []string{"vxlan", "native"} {
+		t.Run(mode, func(t *testing.T) {
+			begin := time.Now()
+			out := compileWith(t, fixture.Path("runtimes/nspawn/testdata/cilium"),
+				map[string][]byte{"mode.cue": []byte("package cluster\nnetwork: cni: mode: \"" + mode + "\"\n")}, pipeline.Systemd)
+			c := bootIn(t, out, pipeline.Systemd, filepath.Join(t.TempDir(), "work"), false)
+			h, err := readHostFacts()
+			if err != nil {
+				t.Fatal(err)
+			}
+			applied := map[string]bool{}
+			for _, a := range c.Adjustments() {
+				applied[a.Name] = true
+			}
+			if !applied["bpf"] || applied["cilium-sys-resource"] != h.noSysResource {
+				t.Errorf("adjustments %v on a host that lacks CAP_SYS_RESOURCE: %v", c.Adjustments(), h.noSysResource)
+			}
+			t.Logf("%.0fs: up", time.Since(begin).Seconds())
+			k := admin(t, c)
+			ctx := context.Background()
+			cl := out.Cluster
+			for _, n := range []string{"cp1", "w1"} {
+				eventually(t, time.Minute, "cilium's agent on "+n, func() error {
+					cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+					defer cancel()
+					body, err := c.Exec(cctx, n, "curl", "-fsS", "--max-time", "3", "-H", "brief: true", "http://127.0.0.1:9879/healthz")
+					if err != nil {
+						return fmt.Errorf("%v: %s", err, body)
+					}
+					return nil
+				})
+			}
+			pods := runWorkload(t, k, []string{"cp1", "w1"})
+			for n := range pods {
+				var ep struct {
+					Status struct {
+						Networking struct {
+							Addressing []struct {
+								IPv4 string `json:"ipv4"`
+							} `json:"addressing"`
+						} `json:"networking"`
+					} `json:"status"`
+				}
+				eventually(t, time.Minute, "the CiliumEndpoint of echo-"+n, func() error {
+					if err := k.get(ctx, "/apis/cilium.io/v2/namespaces/default/ciliumendpoints/echo-"+n, &ep); err != nil {
+						return err
+					}
+					if a := ep.Status.Networking.Addressing; len(a) == 0 || a[0].IPv4 != pods[n].Status.PodIP {
+						return fmt.Errorf("addressing %+v, the pod has %s", a, pods[n].Status.PodIP)
+					}
+					return nil
+				})
+			}
+			// The mode's path: cilium's VXLAN device, or a route to the
+			// other node's pods through that node and no tunnel.
+			links, err := c.Exec(ctx, "w1", "ip", "-o", "link", "show", "type", "vxlan")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var cp1 corev1.Node
+			if err := k.get(ctx, "/api/v1/nodes/cp1", &cp1); err != nil {
+				t.Fatal(err)
+			}
+			routes, err := c.Exec(ctx, "w1", "ip", "-o", "route", "show", cp1.Spec.PodCIDR)
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch mode {
+			case "vxlan":
+				if !strings.Contains(string(links), "cilium_vxlan") {
+					t.Errorf("w1 has no cilium_vxlan device: %q", links)
+				}
+			case "native":
+				if strings.TrimSpace(string(links)) != "" {
+					t.Errorf("w1 has VXLAN devices in native routing: %q", links)
+				}
+				if !strings.Contains(string(routes), "via 10.78.0.11 ") {
+					t.Errorf("w1's route to cp1's pods (%s) is not through cp1 (10.78.0.11): %q", cp1.Spec.PodCIDR, routes)
+				}
+			}
+			podToPod(t, k, pods, "w1", "cp1")
+			podToPod(t, k, pods, "cp1", "w1")
+			eventually(t, time.Minute, "kubernetes.default from a pod", func() error {
+				r, err := viaPod(ctx, k, "echo-w1", "/resolve", url.Values{"name": {"kubernetes.default.svc." + cl.Network.Domain}})
+				if err != nil {
+					return err
+				}
+				if len(r.Addresses) != 1 || r.Addresses[0] != cl.Network.FirstServiceIPs[0].String() {
+					return fmt.Errorf("kubernetes.default is %v, want %s", r.Addresses, cl.Network.FirstServiceIPs[0])
+				}
+				return nil
+			})
+			seen := map[string]bool{}
+			eventually(t, time.Minute, "both echo pods behind the Service", func() error {
+				r, err := viaPod(ctx, k, "echo-cp1", "/fetch", url.Values{"url": {"http://echo.default.svc." + cl.Network.Domain + "/"}})
+				if err != nil {
+					return err
+				}
+				var who echoReply
+				if err := json.Unmarshal([]byte(r.Body), &who); err != nil {
+					return fmt.Errorf("%v: %q", err, r.Body)
+				}
+				seen[who.Hostname] = true
+				if len(seen) < 2 {
+					return fmt.Errorf("only %v answered so far", seen)
+				}
+				return nil
+			})
+			t.Logf("%.0fs: checked", time.Since(begin).Seconds())
+		})
 	}
 }
 

@@ -52,7 +52,7 @@ func TestCheckKernelModules(t *testing.T) {
 	why, _ = check(t.Context(), ipvs, h, nil)
 	wantOne(t, why, "refusal", "built as modules but not loaded: modprobe ip_vs on the host first")
 	h.kernel.config = map[string]string{}
-	h.kernel.loaded = map[string]bool{"overlay": true, "br_netfilter": true, "nf_conntrack": true}
+	h.kernel.loaded = map[string]bool{"overlay": true, "br_netfilter": true, "nf_conntrack": true, "vxlan": true}
 	why, _ = check(t.Context(), ipvs, h, nil)
 	wantOne(t, why, "refusal", "no /proc/config.gz", "modprobe ip_vs ip_vs_rr ip_vs_sh ip_vs_wrr on the host first")
 
@@ -146,25 +146,41 @@ func TestCheckNamedEndpoint(t *testing.T) {
 }
 
 // TestCheckRefusesTheModesUpCannotBoot: each with its reason, the same
-// on any host.
+// on any host, or (a tunnel device) naming the host's kernel.
 func TestCheckRefusesTheModesUpCannotBoot(t *testing.T) {
 	wireguard := compileDir(t, fixture.Path("examples/single-node"), map[string]string{"x.cue": "package cluster\nnetwork: cni: mode: \"wireguard\"\n"})
+	// TestUpCilium's cluster, in each tunnel mode.
+	cilium := func(mode string) *ir.Cluster {
+		return compileDir(t, fixture.Path("runtimes/nspawn/testdata/cilium"), map[string]string{"x.cue": "package cluster\nnetwork: cni: mode: \"" + mode + "\"\n"})
+	}
+	noGeneve := ampleHost()
+	delete(noGeneve.kernel.config, "CONFIG_GENEVE")
 	for _, tc := range []struct {
 		name    string
 		cluster *ir.Cluster
+		host    hostFacts
 		want    []string
 	}{
-		{"flannel wireguard", wireguard, []string{"network.cni.mode wireguard: this host's kernel cannot make wireguard devices inside a namespace"}},
-		{"calico", fixture.Cluster(t, "ha-stacked", nil), []string{"network.cni.plugin calico: the Go module proxy serves no release of github.com/projectcalico/calico", "./api, a nested module"}},
-		{"cilium", fixture.Cluster(t, "external-etcd", nil), []string{"network.cni.plugin cilium: cilium-agent loads eBPF programs", "denies bpf() and perf_event_open()", "clang-19"}},
+		{"flannel wireguard", wireguard, ampleHost(), []string{"network.cni.mode wireguard: this host's kernel cannot make wireguard devices inside a namespace"}},
+		{"calico", fixture.Cluster(t, "ha-stacked", nil), ampleHost(), []string{"network.cni.plugin calico: the Go module proxy serves no release of github.com/projectcalico/calico", "./api, a nested module"}},
+		{"cilium without kube-proxy", fixture.Cluster(t, "external-etcd", nil), ampleHost(), []string{"network.cni.kubeProxyReplacement: cilium then attaches its socket load-balancing programs", "share one cgroup2 directory", "use kube-proxy with cilium here"}},
+		{"cilium geneve on a kernel without it", cilium("geneve"), noGeneve, []string{"network.cni.mode geneve: cilium's tunnel is a geneve device, which this host's kernel 6.1.0-test has neither built in nor loaded (its configuration does not set CONFIG_GENEVE)"}},
+		{"cilium geneve", cilium("geneve"), ampleHost(), nil},
+		{"cilium vxlan", cilium("vxlan"), ampleHost(), nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			why, _ := check(t.Context(), tc.cluster, ampleHost(), resolveTo("10.0.0.1", "192.168.50.20", "10.40.0.5"))
+			why, _ := check(t.Context(), tc.cluster, tc.host, resolveTo("10.0.0.1", "192.168.50.20", "10.40.0.5"))
 			var cni []string
 			for _, w := range why {
 				if strings.HasPrefix(w, "network.cni.") {
 					cni = append(cni, w)
 				}
+			}
+			if tc.want == nil {
+				if len(cni) > 0 {
+					t.Errorf("refused: %q", cni)
+				}
+				return
 			}
 			wantOne(t, cni, "refusal", tc.want...)
 		})

@@ -36,6 +36,7 @@ func moduleSymbols() map[string]string {
 		"ip_vs_wrr":    "CONFIG_IP_VS_WRR",
 		"ip_vs_sh":     "CONFIG_IP_VS_SH",
 		"vxlan":        "CONFIG_VXLAN",
+		"geneve":       "CONFIG_GENEVE",
 		"wireguard":    "CONFIG_WIREGUARD",
 		"ipip":         "CONFIG_NET_IPIP",
 		// iptables mode.
@@ -53,6 +54,20 @@ func clusterModules(c *ir.Cluster) []string {
 	}
 	slices.Sort(mods)
 	return slices.Compact(mods)
+}
+
+// tunnelModule is the module of the device the CNI plugin tunnels pod
+// traffic through in mode cni.Mode, "" for none: the plugin makes the
+// device itself, and a node's kernel loads the module on demand, which a
+// machine's cannot.
+func tunnelModule(cni ir.CNI) string {
+	switch {
+	case cni.Plugin == "flannel" && cni.Mode == "vxlan", cni.Plugin == "cilium" && cni.Mode == "vxlan":
+		return "vxlan"
+	case cni.Plugin == "cilium" && cni.Mode == "geneve":
+		return "geneve"
+	}
+	return ""
 }
 
 // kernelFacts are what the host's kernel has of modules.

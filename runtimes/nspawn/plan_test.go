@@ -402,6 +402,19 @@ func TestReadmeListsEveryAdjustment(t *testing.T) {
 			applied[x.Name] = true
 		}
 	}
+	// And what a cilium cluster needs besides.
+	cilium := compileDir(t, fixture.Path("runtimes/nspawn/testdata/cilium"), nil)
+	cp, err := newPlan(cilium, "/w")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := decide(cilium, cp, everyFact(), pipeline.Systemd, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range a.list {
+		applied[x.Name] = true
+	}
 	const page = "docs/up.md"
 	data, err := os.ReadFile(fixture.Path(page))
 	if err != nil {

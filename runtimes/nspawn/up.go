@@ -33,6 +33,7 @@ import (
 	"github.com/kcompile/kcompile/layout"
 	"github.com/kcompile/kcompile/pipeline"
 	"github.com/kcompile/kcompile/targets"
+	"github.com/kcompile/kcompile/targets/systemd"
 )
 
 // Targets are what a machine can boot from: pipeline.Systemd lays the
@@ -184,13 +185,14 @@ func (c *Cluster) logf(format string, args ...any) {
 	_, _ = io.WriteString(c.cfg.Log, line)
 }
 
-// Why up cannot boot calico and cilium (found on 2026-12-02, cilium's
-// measured again on 2026-12-03; README, "kcompile up"): up serves only
-// images it builds from the Go module proxy.
-const (
-	calicoRefusal = "the Go module proxy serves no release of github.com/projectcalico/calico (its v3 tags are no versions of that module path; v3.30.3 answers 403), and its only pseudo-version imports github.com/projectcalico/api, which its go.mod replaces with ./api, a nested module that is in no module zip and that the proxy does not serve, so calico-node and the calico CNI plugin cannot be built here"
-	ciliumRefusal = "cilium-agent loads eBPF programs, and systemd-nspawn's system-call filter denies bpf() and perf_event_open() to up's machines (EPERM); the agent also compiles its datapath at run time with clang, and up does not build cilium's images yet: their seven programs build from the Go module proxy (v1.18.2, 7 minutes on two cores), but the agent's image must also carry Debian's clang-19 with its libraries (about 250 MB), bash, util-linux's nsenter and iproute2"
-)
+// Why up cannot boot calico (found on 2026-12-02; README, "kcompile
+// up"): up serves only images it builds from the Go module proxy.
+const calicoRefusal = "the Go module proxy serves no release of github.com/projectcalico/calico (its v3 tags are no versions of that module path; v3.30.3 answers 403), and its only pseudo-version imports github.com/projectcalico/api, which its go.mod replaces with ./api, a nested module that is in no module zip and that the proxy does not serve, so calico-node and the calico CNI plugin cannot be built here"
+
+// kprRefusal is why up boots cilium only beside kube-proxy (measured on
+// 2026-12-03): systemd-nspawn, started by up in up's own cgroup, puts
+// every machine's payload in the same cgroup2 directory.
+const kprRefusal = "cilium then attaches its socket load-balancing programs at the root of the cgroup2 hierarchy its node sees, and up's machines share one cgroup2 directory (systemd-nspawn puts each machine's processes in payload/ of the cgroup up runs in), so each node's programs would translate the connections of every machine; use kube-proxy with cilium here (network.kubeProxy.mode nftables or iptables, kubeProxyReplacement false)"
 
 // Resolver looks a host name up as the host does (/etc/hosts, DNS).
 type Resolver func(ctx context.Context, host string) ([]netip.Addr, error)
@@ -209,9 +211,17 @@ func check(ctx context.Context, c *ir.Cluster, h hostFacts, resolve Resolver) (w
 	case "calico":
 		why = append(why, "network.cni.plugin calico: "+calicoRefusal+"; up boots flannel clusters (vxlan or host-gw)")
 	case "cilium":
-		why = append(why, "network.cni.plugin cilium: "+ciliumRefusal+"; up boots flannel clusters (vxlan or host-gw)")
+		if c.Network.CNI.KubeProxyReplacement {
+			why = append(why, "network.cni.kubeProxyReplacement: "+kprRefusal)
+		}
 	default:
-		why = append(why, fmt.Sprintf("network.cni.plugin %s: up boots flannel clusters (vxlan or host-gw)", c.Network.CNI.Plugin))
+		why = append(why, fmt.Sprintf("network.cni.plugin %s: up boots flannel and cilium clusters", c.Network.CNI.Plugin))
+	}
+	if dev := tunnelModule(c.Network.CNI); dev != "" {
+		if _, lack := h.kernel.split([]string{dev}); len(lack) > 0 {
+			why = append(why, fmt.Sprintf("network.cni.mode %s: %s's tunnel is a %s device, which this host's kernel %s has neither built in nor loaded (%s), and a machine cannot load modules; choose another mode, or boot on a host whose kernel has it",
+				c.Network.CNI.Mode, c.Network.CNI.Plugin, dev, h.kernel.release, h.kernel.state(lack)))
+		}
 	}
 	if c.Runtime.Engine != "containerd" {
 		why = append(why, fmt.Sprintf("runtime.engine %s: up boots containerd nodes only", c.Runtime.Engine))
@@ -933,16 +943,24 @@ func (c *Cluster) waitReady(ctx context.Context) error {
 	if err := c.awaitRegistry(ctx); err != nil {
 		return err
 	}
-	addons := tree.Files()
-	for _, f := range addons {
+	// up's copies of the manifests its adjustments change.
+	copies, err := systemd.UpAddons(c.cfg.Cluster, c.adjust.overrides)
+	if err != nil {
+		return err
+	}
+	for _, f := range tree.Files() {
 		rel, ok := strings.CutPrefix(f.Path, layout.ClusterTree("addons/"))
 		if !ok {
 			continue
 		}
+		data, copied := copies[f.Path]
+		if !copied {
+			data = f.Data
+		}
 		var n int
 		if err := poll("addons", func() (bool, string) {
 			var err error
-			n, err = k.apply(ctx, rel, f.Data)
+			n, err = k.apply(ctx, rel, data)
 			if err != nil {
 				return false, "applying " + rel + ": " + err.Error()
 			}

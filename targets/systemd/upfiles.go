@@ -5,6 +5,9 @@ import (
 	"slices"
 	"strings"
 
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/kcompile/kcompile/compiler/ir"
 	"github.com/kcompile/kcompile/internal/unitfile"
 	"github.com/kcompile/kcompile/layout"
@@ -29,6 +32,73 @@ type UpOverrides struct {
 	// the headers of the copy and of the drop-in that gives it to
 	// containerd.
 	ContainerdWhy string
+	// DropCapabilities are capabilities the addons' containers must not
+	// add, because the host cannot give them (a container asking for
+	// one outside the runtime's bounding set does not start).
+	DropCapabilities []corev1.Capability
+	// CapabilitiesWhy says why, in the header of the addons' copies.
+	CapabilitiesWhy string
+}
+
+// UpAddons are up's copies of the addon manifests the overrides o change,
+// by their path in the cluster tree (layout.ClusterTree("addons/...")):
+// the objects as compiled, rendered again without the capabilities
+// o.DropCapabilities in any container. The compiled files are left as they
+// are; up applies a copy in place of its compiled file. A manifest o
+// changes nothing in has no copy.
+func UpAddons(c *ir.Cluster, o UpOverrides) (map[string][]byte, error) {
+	out := map[string][]byte{}
+	if len(o.DropCapabilities) == 0 {
+		return out, nil
+	}
+	sets, err := addonSets(c)
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range sets {
+		var changed []string
+		for _, obj := range s.objs {
+			var spec *corev1.PodSpec
+			var name string
+			switch w := obj.(type) {
+			case *appsv1.DaemonSet:
+				spec, name = &w.Spec.Template.Spec, w.Kind+" "+w.Name
+			case *appsv1.Deployment:
+				spec, name = &w.Spec.Template.Spec, w.Kind+" "+w.Name
+			default:
+				continue
+			}
+			for _, list := range [][]corev1.Container{spec.InitContainers, spec.Containers} {
+				for i := range list {
+					sc := list[i].SecurityContext
+					if sc == nil || sc.Capabilities == nil {
+						continue
+					}
+					kept := slices.DeleteFunc(slices.Clone(sc.Capabilities.Add), func(c corev1.Capability) bool {
+						return slices.Contains(o.DropCapabilities, c)
+					})
+					if len(kept) != len(sc.Capabilities.Add) {
+						sc.Capabilities.Add = kept
+						changed = append(changed, name+" container "+list[i].Name)
+					}
+				}
+			}
+		}
+		if len(changed) == 0 {
+			continue
+		}
+		data, err := manifest(s.objs...)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", s.name, err)
+		}
+		caps := make([]string, len(o.DropCapabilities))
+		for i, c := range o.DropCapabilities {
+			caps[i] = string(c)
+		}
+		header := "Written by kcompile up: its copy of " + s.name + ", as compiled but without\ncapabilities " + strings.Join(caps, ", ") + " in " + strings.Join(changed, ", ") + "." + because(o.CapabilitiesWhy)
+		out[layout.ClusterTree("addons/"+s.name)] = append([]byte("# "+strings.ReplaceAll(header, "\n", "\n# ")+"\n"), data...)
+	}
+	return out, nil
 }
 
 // UpFiles are the files that make the overrides o on node n, whose tree

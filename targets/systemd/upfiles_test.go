@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/pelletier/go-toml/v2"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/kcompile/kcompile/compiler/ir"
@@ -340,5 +342,79 @@ func TestUpFilesOnlyWhereNeeded(t *testing.T) {
 	}
 	if files, err := UpFiles(crio, crio.Nodes[0], Options{}, UpOverrides{KubeletArgs: []string{"--x"}}); err != nil || len(files) != 1 {
 		t.Errorf("the kubelet's drop-in on a CRI-O node: %v (%v)", slices.Sorted(maps.Keys(files)), err)
+	}
+}
+
+// TestUpAddons: up's copy of cilium's manifest is the compiled one
+// without the dropped capability, and nothing else changed; a manifest
+// with no container adding it, and no override, get no copy.
+func TestUpAddons(t *testing.T) {
+	drop := UpOverrides{DropCapabilities: []corev1.Capability{"SYS_RESOURCE"}, CapabilitiesWhy: "the host lacks it"}
+	m := fixture.Material(t, "external-etcd", nil)
+	tree, err := Build(m, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if copies, err := UpAddons(m.Cluster, UpOverrides{}); err != nil || len(copies) > 0 {
+		t.Errorf("no override, yet %v (%v)", slices.Sorted(maps.Keys(copies)), err)
+	}
+	copies, err := UpAddons(m.Cluster, drop)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := layout.ClusterTree("addons/20-cni-cilium.yaml")
+	if got := slices.Sorted(maps.Keys(copies)); !slices.Equal(got, []string{path}) {
+		t.Fatalf("copies %v", got)
+	}
+	header, _, _ := strings.Cut(string(copies[path]), "\n---\n")
+	for _, want := range []string{"# Written by kcompile up: its copy of 20-cni-cilium.yaml", "SYS_RESOURCE", "DaemonSet cilium container clean-cilium-state", "DaemonSet cilium container cilium-agent", "# Why: the host lacks it."} {
+		if !strings.Contains(header, want) {
+			t.Errorf("the header does not say %q:\n%s", want, header)
+		}
+	}
+	compiled, _ := tree.Get(path)
+	// Every object decodes strictly, and with SYS_RESOURCE put back
+	// where it was, the copy is the compiled file.
+	objs, err := decodeManifest(copies[path])
+	if err != nil {
+		t.Fatal(err)
+	}
+	removed := 0
+	for _, o := range objs {
+		ds, ok := o.(*appsv1.DaemonSet)
+		if !ok {
+			continue
+		}
+		spec := &ds.Spec.Template.Spec
+		for _, list := range [][]corev1.Container{spec.InitContainers, spec.Containers} {
+			for i := range list {
+				sc := list[i].SecurityContext
+				if sc == nil || sc.Capabilities == nil {
+					continue
+				}
+				if slices.Contains(sc.Capabilities.Add, "SYS_RESOURCE") {
+					t.Errorf("container %s still adds SYS_RESOURCE", list[i].Name)
+				}
+				// The compiled order: SYS_RESOURCE after SYS_ADMIN.
+				if at := slices.Index(sc.Capabilities.Add, "SYS_ADMIN"); at >= 0 && list[i].Name != "mount-cgroup" && list[i].Name != "apply-sysctl-overwrites" {
+					sc.Capabilities.Add = slices.Insert(sc.Capabilities.Add, at+1, "SYS_RESOURCE")
+					removed++
+				}
+			}
+		}
+	}
+	if removed != 2 {
+		t.Errorf("put SYS_RESOURCE back in %d containers, want 2", removed)
+	}
+	restored, err := manifest(objs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(restored, compiled.Data) {
+		t.Error("the copy differs from the compiled manifest beyond SYS_RESOURCE")
+	}
+	flannel := fixture.Cluster(t, "single-node", nil)
+	if copies, err := UpAddons(flannel, drop); err != nil || len(copies) > 0 {
+		t.Errorf("flannel adds no SYS_RESOURCE, yet %v (%v)", slices.Sorted(maps.Keys(copies)), err)
 	}
 }

@@ -2,12 +2,13 @@
 // serves them from a registry in the calling process, for kcompile up,
 // whose machines reach no registry. Each image is packed from a program
 // built here from the Go module proxy (scripts/tools assembles them in
-// .bin/images): CoreDNS and flanneld themselves, at the release that was
-// built (flanneld with Debian's iptables and nft, which it executes), and
-// kcompile's stand-ins (internal/standin) for what the proxy does
-// not serve. An image that cannot be built that way (calico's
-// and cilium's, another release than the one built, one pinned by
-// digest) is a Problem, never an image of another name.
+// .bin/images): CoreDNS, flanneld and cilium's programs themselves, at
+// the release that was built (flanneld with Debian's iptables and nft,
+// which it executes; the cilium agent with Debian's clang, with which it
+// compiles its datapath), and kcompile's stand-ins (internal/standin) for
+// what the proxy does not serve. An image that cannot be built that way
+// (calico's, another release than the one built, one pinned by digest) is
+// a Problem, never an image of another name.
 package images
 
 import (
@@ -80,20 +81,30 @@ type Programs struct {
 }
 
 // programs are the names ReadPrograms looks for, each with the module it
-// is built from, or "" for a stand-in (and for iptables-root and
-// shell-root, root file system fragments: Debian's iptables and nft, which
-// flanneld executes, and Debian's static BusyBox, the shell of flannel's
-// postStart hook).
+// is built from, or "" for a stand-in (and for the root file system
+// fragments: iptables-root, Debian's iptables and nft, which flanneld and
+// the cilium agent execute; shell-root, Debian's static BusyBox, the shell
+// of flannel's postStart hook; cilium-root, what the cilium agent's image
+// holds besides its programs, scripts/tools says what).
 func programs() map[string]string {
+	const cilium = "github.com/cilium/cilium"
 	return map[string]string{
-		"coredns":       "github.com/coredns/coredns",
-		"flanneld":      "github.com/flannel-io/flannel",
-		"pause":         "",
-		"flannel":       "",
-		"cp":            "",
-		"echo":          "",
-		"iptables-root": "",
-		"shell-root":    "",
+		"coredns":                 "github.com/coredns/coredns",
+		"flanneld":                "github.com/flannel-io/flannel",
+		"cilium-agent":            cilium,
+		"cilium-dbg":              cilium,
+		"cilium-health-responder": cilium,
+		"cilium-cni":              cilium,
+		"cilium-mount":            cilium,
+		"cilium-sysctlfix":        cilium,
+		"cilium-operator-generic": cilium,
+		"pause":                   "",
+		"flannel":                 "",
+		"cp":                      "",
+		"echo":                    "",
+		"iptables-root":           "",
+		"shell-root":              "",
+		"cilium-root":             "",
 	}
 }
 
@@ -188,6 +199,25 @@ func recipes() map[string]recipe {
 			},
 			standIn: true,
 		},
+		// Upstream's image (images/cilium/Dockerfile) is its programs on
+		// cilium-runtime's Ubuntu, with clang, iptables and iproute2.
+		"quay.io/cilium/cilium": {
+			program: "cilium-agent", title: "cilium", field: "network.cni.version",
+			files: func(dir string) []File {
+				files := []File{prog("iptables-root", "/")(dir), prog("cilium-root", "/")(dir), prog("cilium-cni", "/opt/cni/bin/cilium-cni")(dir)}
+				for _, p := range []string{"cilium-agent", "cilium-dbg", "cilium-health-responder", "cilium-mount", "cilium-sysctlfix"} {
+					files = append(files, prog(p, "/usr/bin/"+p)(dir))
+				}
+				return files
+			},
+		},
+		"quay.io/cilium/operator-generic": {
+			program: "cilium-operator-generic", title: "cilium", field: "network.cni.version",
+			files: func(dir string) []File {
+				return []File{prog("cilium-operator-generic", "/usr/bin/cilium-operator-generic")(dir)}
+			},
+			entrypoint: []string{"/usr/bin/cilium-operator-generic"},
+		},
 		"registry.kcompile.test/echo": {
 			files:      func(dir string) []File { return []File{prog("echo", "/echo")(dir)} },
 			entrypoint: []string{"/echo"}, standIn: true,
@@ -196,10 +226,10 @@ func recipes() map[string]recipe {
 }
 
 // unbuildable names the addons whose images cannot be built here (their
-// programs are not Go, or not on the module proxy), by the repository
-// prefix of their images on any registry.
+// programs are not on the module proxy), by the repository prefix of
+// their images on any registry.
 func unbuildable() map[string]string {
-	return map[string]string{"calico/": "calico", "cilium/": "cilium"}
+	return map[string]string{"calico/": "calico"}
 }
 
 // Plan lists every image the cluster pulls, and the test workload, with
@@ -252,10 +282,10 @@ func plan(ref string, progs Programs) (Image, string) {
 	if !ok {
 		for prefix, addon := range unbuildable() {
 			if strings.HasPrefix(r.Context().RepositoryStr(), prefix) {
-				return Image{}, fmt.Sprintf("%s's images cannot be built from Go sources here; kcompile up runs flannel (network.cni.plugin: flannel)", addon)
+				return Image{}, fmt.Sprintf("%s's images cannot be built from Go sources here; kcompile up runs flannel and cilium (network.cni.plugin)", addon)
 			}
 		}
-		return Image{}, "kcompile up cannot build this image: it builds only the images of flannel, CoreDNS, the sandbox and the test workload"
+		return Image{}, "kcompile up cannot build this image: it builds only the images of flannel, cilium, CoreDNS, the sandbox and the test workload"
 	}
 	img := Image{
 		Ref: ref, Repository: r.Context().RepositoryStr(), Tag: tag.TagStr(),

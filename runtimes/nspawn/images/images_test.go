@@ -41,7 +41,11 @@ func fakePrograms(t *testing.T) Programs {
 	t.Helper()
 	dir := t.TempDir()
 	p := Programs{Dir: dir, Releases: map[string]string{"coredns": "1.15.0", "flanneld": "0.28.10"}}
-	for _, prog := range []string{"coredns", "flanneld", "pause", "flannel", "cp", "echo"} {
+	cilium := []string{"cilium-agent", "cilium-dbg", "cilium-health-responder", "cilium-cni", "cilium-mount", "cilium-sysctlfix", "cilium-operator-generic"}
+	for _, prog := range cilium {
+		p.Releases[prog] = "1.18.2"
+	}
+	for _, prog := range append([]string{"coredns", "flanneld", "pause", "flannel", "cp", "echo"}, cilium...) {
 		if err := os.WriteFile(filepath.Join(dir, prog), []byte("program "+prog), 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -53,6 +57,7 @@ func fakePrograms(t *testing.T) Programs {
 	for _, r := range []struct{ root, dir, prog, link, says string }{
 		{"iptables-root", "usr/sbin", "xtables-nft-multi", "iptables", "program iptables"},
 		{"shell-root", "bin", "busybox", "sh", "program busybox"},
+		{"cilium-root", "usr/bin", "clang-19", "clang", "program clang"},
 	} {
 		at := filepath.Join(dir, r.root, r.dir)
 		if err := os.MkdirAll(at, 0o755); err != nil {
@@ -132,8 +137,9 @@ func TestPlanUpSpec(t *testing.T) {
 	}
 }
 
-// TestPlanExamples: every image of the flannel example can be built here; calico's and cilium's cannot, each a problem saying so,
-// and what can be built still is.
+// TestPlanExamples: every image of the flannel and cilium examples can
+// be built here; calico's cannot, each a problem saying so, and what can
+// be built still is.
 func TestPlanExamples(t *testing.T) {
 	for _, tc := range []struct {
 		example  string
@@ -147,16 +153,14 @@ func TestPlanExamples(t *testing.T) {
 		{"ha-stacked",
 			[]string{"registry.k8s.io/coredns/coredns:v1.15.0", "registry.k8s.io/pause:3.10.1", EchoImage},
 			[]string{
-				"quay.io/calico/cni:v3.30.3: calico's images cannot be built from Go sources here; kcompile up runs flannel (network.cni.plugin: flannel)",
-				"quay.io/calico/kube-controllers:v3.30.3: calico's images cannot be built from Go sources here; kcompile up runs flannel (network.cni.plugin: flannel)",
-				"quay.io/calico/node:v3.30.3: calico's images cannot be built from Go sources here; kcompile up runs flannel (network.cni.plugin: flannel)",
+				"quay.io/calico/cni:v3.30.3: calico's images cannot be built from Go sources here; kcompile up runs flannel and cilium (network.cni.plugin)",
+				"quay.io/calico/kube-controllers:v3.30.3: calico's images cannot be built from Go sources here; kcompile up runs flannel and cilium (network.cni.plugin)",
+				"quay.io/calico/node:v3.30.3: calico's images cannot be built from Go sources here; kcompile up runs flannel and cilium (network.cni.plugin)",
 			}},
 		{"external-etcd",
-			[]string{"registry.k8s.io/coredns/coredns:v1.15.0", "registry.k8s.io/pause:3.10.1", EchoImage},
-			[]string{
-				"quay.io/cilium/cilium:v1.18.2: cilium's images cannot be built from Go sources here; kcompile up runs flannel (network.cni.plugin: flannel)",
-				"quay.io/cilium/operator-generic:v1.18.2: cilium's images cannot be built from Go sources here; kcompile up runs flannel (network.cni.plugin: flannel)",
-			}},
+			[]string{"quay.io/cilium/cilium:v1.18.2", "quay.io/cilium/operator-generic:v1.18.2",
+				"registry.k8s.io/coredns/coredns:v1.15.0", "registry.k8s.io/pause:3.10.1", EchoImage},
+			nil},
 	} {
 		t.Run(tc.example, func(t *testing.T) {
 			images, problems, err := Plan(fixture.Cluster(t, tc.example, nil), fakePrograms(t))
@@ -207,9 +211,9 @@ func TestPlanRefuses(t *testing.T) {
 	delete(progs.Releases, "echo")
 	images, problems := planRefs(pulled, progs)
 	want := []string{
-		"calico/node:v3.30.3: calico's images cannot be built from Go sources here; kcompile up runs flannel (network.cni.plugin: flannel)",
-		"docker.io/library/busybox:1.36: kcompile up cannot build this image: it builds only the images of flannel, CoreDNS, the sandbox and the test workload",
-		"example.com/team/app:1: kcompile up cannot build this image: it builds only the images of flannel, CoreDNS, the sandbox and the test workload",
+		"calico/node:v3.30.3: calico's images cannot be built from Go sources here; kcompile up runs flannel and cilium (network.cni.plugin)",
+		"docker.io/library/busybox:1.36: kcompile up cannot build this image: it builds only the images of flannel, cilium, CoreDNS, the sandbox and the test workload",
+		"example.com/team/app:1: kcompile up cannot build this image: it builds only the images of flannel, cilium, CoreDNS, the sandbox and the test workload",
 		digest + ": pinned by digest, which an image built here cannot match; name it by tag",
 		EchoImage + ": needs " + filepath.Join(progs.Dir, "echo") + ", which is not built (scripts/tools builds it)",
 	}
@@ -457,5 +461,53 @@ func TestReadPrograms(t *testing.T) {
 	}
 	if _, problems, err := Plan(singleNode(t, upSpec), p); err != nil || len(problems) > 0 {
 		t.Errorf("the programs built cannot serve a spec for kcompile up: %v %q", err, messages(problems))
+	}
+}
+
+// TestPlanCilium: the agent's image is cilium's programs where upstream's
+// image has them, on the root fragments (clang and the tools its
+// containers run, iptables), and both images are refused at a release
+// other than the one built.
+func TestPlanCilium(t *testing.T) {
+	progs := fakePrograms(t)
+	images, problems, err := Plan(fixture.Cluster(t, "external-etcd", nil), progs)
+	if err != nil || len(problems) > 0 {
+		t.Fatal(err, messages(problems))
+	}
+	want := map[string][]string{
+		"quay.io/cilium/cilium:v1.18.2": {"/", "/", "/opt/cni/bin/cilium-cni", "/usr/bin/cilium-agent", "/usr/bin/cilium-dbg",
+			"/usr/bin/cilium-health-responder", "/usr/bin/cilium-mount", "/usr/bin/cilium-sysctlfix"},
+		"quay.io/cilium/operator-generic:v1.18.2": {"/usr/bin/cilium-operator-generic"},
+	}
+	for _, img := range images {
+		paths, ok := want[img.Ref]
+		if !ok {
+			continue
+		}
+		delete(want, img.Ref)
+		var got []string
+		for _, f := range img.Files {
+			got = append(got, f.Path)
+			if _, err := os.Stat(f.Source); err != nil {
+				t.Errorf("%s: %v", img.Ref, err)
+			}
+		}
+		if !slices.Equal(got, paths) || img.StandIn {
+			t.Errorf("%s: files %q, stand-in %v", img.Ref, got, img.StandIn)
+		}
+	}
+	if len(want) > 0 {
+		t.Errorf("not planned: %v", slices.Collect(maps.Keys(want)))
+	}
+	_, problems, err = Plan(fixture.Cluster(t, "external-etcd", map[string]string{"up.cue": "package cluster\nnetwork: cni: version: \"1.17.6\"\n"}), progs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantProblems := []string{
+		"quay.io/cilium/cilium:v1.17.6: the spec's cilium 1.17.6 cannot be built here; set network.cni.version: 1.18.2",
+		"quay.io/cilium/operator-generic:v1.17.6: the spec's cilium 1.17.6 cannot be built here; set network.cni.version: 1.18.2",
+	}
+	if got := messages(problems); !slices.Equal(got, wantProblems) {
+		t.Errorf("problems\n%q\nwant\n%q", got, wantProblems)
 	}
 }
