@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -45,6 +46,8 @@ type hostFacts struct {
 	// conntrack are the host's connection tracking limits, which
 	// kube-proxy raises.
 	conntrack conntrackFacts
+	// cgroups are the host's cgroup hierarchies.
+	cgroups []cgroupMount
 }
 
 // readHostFacts reads /proc for what the adjustments depend on.
@@ -54,6 +57,7 @@ func readHostFacts() (hostFacts, error) {
 	if err != nil {
 		return h, err
 	}
+	h.cgroups = readCgroupMounts(mounts)
 	sc := bufio.NewScanner(bytes.NewReader(mounts))
 	for sc.Scan() {
 		f := strings.Fields(sc.Text())
@@ -99,6 +103,9 @@ type adjustments struct {
 	// overrides are the changes to the compiled files of the nodes that
 	// run pods, made by files the systemd target renders beside them.
 	overrides systemd.UpOverrides
+	// cgroups are the hierarchies each machine gets a cgroup of its own
+	// in.
+	cgroups []cgroupMount
 }
 
 func (a *adjustments) add(name, what, why string) {
@@ -111,6 +118,11 @@ func decide(c *ir.Cluster, p *plan, h hostFacts, target pipeline.Target, mirror 
 	var init strings.Builder
 	init.WriteString("#!/bin/sh\n# kcompile up: the machine's PID 1 until it execs systemd. Each step is\n# an adjustment kcompile up printed when it started.\nset -eu\n")
 
+	if len(h.cgroups) > 0 {
+		a.cgroups = h.cgroups
+		a.add("cgroups", "each machine started in a cgroup of its own in every hierarchy ("+filepath.Join(cgroupRoot, "*", p.bridge, "<node>")+"), removed by down",
+			"systemd-nspawn run outside systemd keeps a machine in the cgroup it was started in, which would be up's own for every machine: the machines' systemd and kubelets would share the host's top-level system.slice and kubepods.slice and leave them behind, and cilium's socket programs, attached at the root a machine sees, would apply to every machine")
+	}
 	a.nspawn = append(a.nspawn, "--capability=all")
 	a.add("capabilities", "every capability for the machines (systemd-nspawn --capability=all)",
 		"a machine in a network namespace of up's gets no CAP_NET_ADMIN by default, and kube-proxy, flannel and the CNI plugins need it")

@@ -175,9 +175,16 @@ type hostState struct {
 	entries map[string]bool
 }
 
-// hostDirs are the host directories compared before and after an up.
+// hostDirs are the host directories compared before and after an up:
+// among them the top of every cgroup hierarchy, where a machine's
+// systemd and kubelet would make cgroups outside the machine's own.
 func hostDirs() []string {
-	return []string{"/run", "/run/systemd", "/run/systemd/machines", "/run/netns", "/etc", "/etc/systemd/nspawn", "/etc/systemd/system", "/var/lib/machines", "/sys/class/net", "/tmp"}
+	dirs := []string{"/run", "/run/systemd", "/run/systemd/machines", "/run/netns", "/etc", "/etc/systemd/nspawn", "/etc/systemd/system", "/var/lib/machines", "/sys/class/net", "/tmp"}
+	mounts, _ := os.ReadFile("/proc/self/mounts")
+	for _, m := range readCgroupMounts(mounts) {
+		dirs = append(dirs, m.dir)
+	}
+	return dirs
 }
 
 // readHost reads the host's state, to compare with after the up.
@@ -723,18 +730,23 @@ func TestUpNodeLocal(t *testing.T) {
 	}
 }
 
-// TestUpCilium boots cilium beside kube-proxy in each routing mode this
-// host's kernel has (it lacks GENEVE, which check refuses:
-// TestCheckRefusesTheModesUpCannotBoot): a VXLAN tunnel and native
-// routing. Each time: the agents healthy, the pods cilium's endpoints,
-// pod to pod across the nodes by the mode's path, DNS, and the Service
-// from a pod, answered by both nodes' pods.
+// TestUpCilium boots cilium in each routing mode this host's kernel has
+// (it lacks GENEVE, which check refuses:
+// TestCheckRefusesTheModesUpCannotBoot): a VXLAN tunnel beside
+// kube-proxy, and native routing in its place. Each time: the agents
+// healthy, the pods cilium's endpoints, pod to pod across the nodes by
+// the mode's path, DNS, and the Service from a pod, answered by both
+// nodes' pods; without kube-proxy, from the nodes' own processes too.
 func TestUpCilium(t *testing.T) {
-	for _, mode := range []string{"vxlan", "native"} {
+	for _, tc := range []struct{ mode, spec string }{
+		{"vxlan", `network: cni: mode: "vxlan"`},
+		{"native", `network: {cni: {mode: "native", kubeProxyReplacement: true}, kubeProxy: mode: "none"}`},
+	} {
+		mode := tc.mode
 		t.Run(mode, func(t *testing.T) {
 			begin := time.Now()
 			out := compileWith(t, fixture.Path("runtimes/nspawn/testdata/cilium"),
-				map[string][]byte{"mode.cue": []byte("package cluster\nnetwork: cni: mode: \"" + mode + "\"\n")}, pipeline.Systemd)
+				map[string][]byte{"mode.cue": []byte("package cluster\n" + tc.spec + "\n")}, pipeline.Systemd)
 			c := bootIn(t, out, pipeline.Systemd, filepath.Join(t.TempDir(), "work"), false)
 			h, err := readHostFacts()
 			if err != nil {
@@ -808,6 +820,25 @@ func TestUpCilium(t *testing.T) {
 				}
 				if !strings.Contains(string(routes), "via 10.78.0.11 ") {
 					t.Errorf("w1's route to cp1's pods (%s) is not through cp1 (10.78.0.11): %q", cp1.Spec.PodCIDR, routes)
+				}
+				// No kube-proxy: cilium's socket programs, attached at
+				// the root of the machine's own cgroup, take a node's
+				// own connections to the Service (a unit's: a command
+				// run by nsenter stays in up's cgroup).
+				ip := serviceIP(t, k)
+				for _, n := range []string{"cp1", "w1"} {
+					if tables, _ := c.Exec(ctx, n, "nft", "list", "tables"); strings.Contains(string(tables), "kube-proxy") {
+						t.Errorf("%s has kube-proxy's table:\n%s", n, tables)
+					}
+					eventually(t, time.Minute, "the Service from "+n+"'s own processes", func() error {
+						cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+						defer cancel()
+						body, err := c.Exec(cctx, n, "systemd-run", "--quiet", "--wait", "--pipe", "curl", "-fsS", "--max-time", "3", "http://"+ip+"/")
+						if err != nil || !strings.Contains(string(body), `"hostname":"echo-`) {
+							return fmt.Errorf("%v: %s", err, body)
+						}
+						return nil
+					})
 				}
 			}
 			podToPod(t, k, pods, "w1", "cp1")

@@ -109,6 +109,8 @@ func undo(ctx context.Context, j *journal, log io.Writer) (own bool, err error) 
 			err = deleteLink(r.Name)
 		case KindNftTable:
 			err = deleteNftTable(r.Name)
+		case KindCgroup:
+			err = removeCgroup(r.Name)
 		case KindDir:
 			if r.Name == work {
 				own = true

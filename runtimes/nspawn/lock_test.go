@@ -9,7 +9,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // TestWorkLock: one run at a time holds a work directory; the loser is
@@ -180,12 +182,104 @@ func TestLeakCheckSees(t *testing.T) {
 	defer func() { _ = sleeper.Process.Kill(); _ = sleeper.Wait() }()
 	os.Remove(filepath.Join(work, "sleep"))
 
+	// A cgroup at the top of a hierarchy, as a machine's systemd made
+	// them when machines shared up's cgroup.
+	mounts, err := os.ReadFile("/proc/self/mounts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hierarchies := readCgroupMounts(mounts)
+	if len(hierarchies) == 0 {
+		t.Fatal("this host mounts no cgroup hierarchy under " + cgroupRoot)
+	}
+	cgroup := filepath.Join(hierarchies[0].dir, "kcompile-leak-test-"+strconv.Itoa(os.Getpid()))
+	if err := os.Mkdir(cgroup, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Rmdir(cgroup)
+
 	r := &recorder{TB: t}
 	assertNothingLeft(r, p, work, before)
 	all := strings.Join(r.errors, "\n")
-	for _, want := range []string{left + " appeared on the host", "firewall changed", "process " + strconv.Itoa(sleeper.Process.Pid) + " still runs"} {
+	for _, want := range []string{left + " appeared on the host", cgroup + " appeared on the host", "firewall changed", "process " + strconv.Itoa(sleeper.Process.Pid) + " still runs"} {
 		if !strings.Contains(all, want) {
 			t.Errorf("the leak check does not report %q; it said:\n%s", want, all)
 		}
+	}
+}
+
+// TestMachineCgroups: a machine's cgroups are made in every hierarchy of
+// this host (a cpuset group able to take a process), a process started
+// the way a machine's is lands in them, and down removes them after
+// ending that process, as after a crash of up that orphaned a machine.
+func TestMachineCgroups(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("cgroups are made by root: run the test as root (CI does)")
+	}
+	mounts, err := os.ReadFile("/proc/self/mounts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	work := t.TempDir()
+	c := &Cluster{
+		p:      &plan{bridge: namePrefix + "cg" + strconv.Itoa(os.Getpid()%10000)},
+		adjust: &adjustments{cgroups: readCgroupMounts(mounts)},
+		j:      &journal{path: filepath.Join(work, StateName), state: State{Cluster: "x"}},
+	}
+	m := &machine{name: "cp1"}
+	dirs, err := c.makeCgroups(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Again, as when the machine boots a second time: nothing new.
+	n := len(c.j.state.Resources)
+	if again, err := c.makeCgroups(m); err != nil || !slices.Equal(again, dirs) || len(c.j.state.Resources) != n {
+		t.Fatalf("a second boot: %v, %d entries, %d before", err, len(c.j.state.Resources), n)
+	}
+	if len(dirs) != len(c.adjust.cgroups) || n != 2*len(dirs) {
+		t.Fatalf("cgroups %v, journal %+v", dirs, c.j.state.Resources)
+	}
+	sleeper := exec.Command("/bin/sh", "-c", strings.Replace(machineShell, "mount -t overlay", "exec sleep 60; mount -t overlay", 1), "kcompile-up-machine", "", "", strings.Join(dirs, " "))
+	if err := sleeper.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- sleeper.Wait() }()
+	defer sleeper.Process.Kill()
+	pid := strconv.Itoa(sleeper.Process.Pid)
+	for _, d := range dirs {
+		eventuallyTrue(t, func() bool {
+			procs, _ := os.ReadFile(filepath.Join(d, "cgroup.procs"))
+			return slices.Contains(strings.Fields(string(procs)), pid)
+		}, "process "+pid+" in "+d)
+	}
+	// Below the machine's, as its systemd makes them.
+	for _, d := range dirs {
+		if err := os.Mkdir(filepath.Join(d, "system.slice"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := Down(t.Context(), work, nil); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-waited:
+	case <-time.After(10 * time.Second):
+		t.Error("the machine's process outlived down")
+	}
+	for _, d := range dirs {
+		if _, err := os.Stat(filepath.Dir(d)); !os.IsNotExist(err) {
+			t.Errorf("%s survived down: %v", filepath.Dir(d), err)
+		}
+	}
+}
+
+func eventuallyTrue(t *testing.T, f func() bool, what string) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !f(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("never: %s", what)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

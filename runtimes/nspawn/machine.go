@@ -158,14 +158,21 @@ func (m *machine) overlayOptions() string {
 	return "lowerdir=" + strings.Join(m.lowers, ":") + ",upperdir=" + m.upper() + ",workdir=" + m.workDir()
 }
 
+// machineShell starts a machine: its arguments are the root's overlay
+// options, the root, the machine's cgroups (space-separated, none with a
+// space) and nspawn's command.
+const machineShell = `for g in $3; do echo $$ >"$g/cgroup.procs" || exit 1; done; mount -t overlay overlay -o "$1" "$2" && shift 3 && exec "$@"`
+
 // nspawnArgs is the command that boots the machine: its root is an
 // overlay mounted in a mount namespace of its own (made by unshare), so
 // that it disappears with the machine even if up is killed.
-func (c *Cluster) nspawnArgs(m *machine) []string {
+// The shell (machineShell) moves itself into the machine's cgroups
+// before it execs nspawn.
+func (c *Cluster) nspawnArgs(m *machine, cgroups []string) []string {
 	args := []string{
 		"unshare", "--mount", "--propagation", "private", "--",
-		"/bin/sh", "-c", `mount -t overlay overlay -o "$1" "$2" && shift 2 && exec "$@"`, "kcompile-up-machine",
-		m.overlayOptions(), m.root(),
+		"/bin/sh", "-c", machineShell, "kcompile-up-machine",
+		m.overlayOptions(), m.root(), strings.Join(cgroups, " "),
 		"systemd-nspawn",
 		"--quiet",
 		"--directory=" + m.root(),
@@ -191,7 +198,11 @@ func (c *Cluster) boot(m *machine) error {
 	if err := c.network(m, c.cfg.Target != pipeline.CloudInit); err != nil {
 		return err
 	}
-	args := c.nspawnArgs(m)
+	cgroups, err := c.makeCgroups(m)
+	if err != nil {
+		return err
+	}
+	args := c.nspawnArgs(m, cgroups)
 	cmd := exec.Command(args[0], args[1:]...)
 	log, err := os.OpenFile(m.console(), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {

@@ -82,6 +82,10 @@ func TestJournalRefusesWhatUpNeverMakes(t *testing.T) {
 		{Kind: KindLink, Name: "eth0"},
 		{Kind: KindNetns, Name: "production"},
 		{Kind: KindProcess, Name: "init", PID: 1},
+		{Kind: KindCgroup, Name: "/sys/fs/cgroup/unified/system.slice"},
+		{Kind: KindCgroup, Name: "/sys/fs/cgroup/unified/kcabc/../system.slice"},
+		{Kind: KindCgroup, Name: "/sys/fs/cgroup"},
+		{Kind: KindCgroup, Name: "/home/kcabc"},
 		{Kind: "file", Name: filepath.Join(work, "f")},
 	} {
 		data, _ := json.Marshal(State{Cluster: "x", Resources: []Resource{r}})
@@ -92,7 +96,8 @@ func TestJournalRefusesWhatUpNeverMakes(t *testing.T) {
 			t.Errorf("a journal listing %+v was accepted", r)
 		}
 	}
-	ok := State{Cluster: "x", Resources: []Resource{{Kind: KindDir, Name: filepath.Join(work, "machines")}, {Kind: KindLink, Name: "kcabc123"}}}
+	ok := State{Cluster: "x", Resources: []Resource{{Kind: KindDir, Name: filepath.Join(work, "machines")}, {Kind: KindLink, Name: "kcabc123"},
+		{Kind: KindCgroup, Name: "/sys/fs/cgroup/unified/kcabc123"}, {Kind: KindCgroup, Name: "/sys/fs/cgroup/unified/kcabc123/cp1"}}}
 	data, _ := json.Marshal(ok)
 	if err := os.WriteFile(filepath.Join(work, StateName), data, 0o600); err != nil {
 		t.Fatal(err)
@@ -146,7 +151,8 @@ func everyModule() kernelFacts {
 
 // everyFact is a host that needs every adjustment.
 func everyFact() hostFacts {
-	return hostFacts{cgroupV1: true, noSysResource: true, kernel: everyModule()}
+	return hostFacts{cgroupV1: true, noSysResource: true, kernel: everyModule(),
+		cgroups: []cgroupMount{{dir: "/sys/fs/cgroup/unified"}, {dir: "/sys/fs/cgroup/cpuset", cpuset: true}}}
 }
 
 // upFiles are the files up writes into node's machine on a host that

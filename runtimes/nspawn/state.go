@@ -63,6 +63,16 @@ type journal struct {
 	state State
 }
 
+// has says whether the journal lists a resource.
+func (j *journal) has(kind, name string) bool {
+	for _, r := range j.state.Resources {
+		if r.Kind == kind && r.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
 func (j *journal) record(r Resource) error {
 	j.state.Resources = append(j.state.Resources, r)
 	return j.save()
@@ -124,6 +134,8 @@ func (r Resource) valid(work string) error {
 		if !strings.HasPrefix(r.Name, namePrefix) {
 			return fmt.Errorf("%s %q is not one of kcompile up's", r.Kind, r.Name)
 		}
+	case KindCgroup:
+		return validCgroup(r.Name)
 	case KindProcess:
 		if r.PID <= 1 {
 			return fmt.Errorf("process %d", r.PID)
@@ -185,7 +197,7 @@ func (r Resource) signal(sig syscall.Signal) {
 // leftovers names what of a journal still exists on the host: machines
 // that run, namespaces, devices and directories.
 func (s *State) leftovers(work string) []string {
-	var machines, netns, links, tables []string
+	var machines, netns, links, tables, cgroups []string
 	dirs := 0
 	for _, r := range s.Resources {
 		switch {
@@ -197,6 +209,10 @@ func (s *State) leftovers(work string) []string {
 			links = append(links, r.Name)
 		case r.Kind == KindNftTable && nftTableExists(r.Name):
 			tables = append(tables, "inet "+r.Name)
+		case r.Kind == KindCgroup:
+			if _, err := os.Lstat(r.Name); err == nil {
+				cgroups = append(cgroups, r.Name)
+			}
 		case r.Kind == KindDir:
 			if _, err := os.Lstat(r.Name); err == nil {
 				dirs++
@@ -215,6 +231,9 @@ func (s *State) leftovers(work string) []string {
 	}
 	if len(tables) > 0 {
 		out = append(out, "nftables tables "+strings.Join(tables, ", "))
+	}
+	if len(cgroups) > 0 {
+		out = append(out, "cgroups "+strings.Join(cgroups, ", "))
 	}
 	switch {
 	case dirs == 1:

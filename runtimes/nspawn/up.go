@@ -189,11 +189,6 @@ func (c *Cluster) logf(format string, args ...any) {
 // up"): up serves only images it builds from the Go module proxy.
 const calicoRefusal = "the Go module proxy serves no release of github.com/projectcalico/calico (its v3 tags are no versions of that module path; v3.30.3 answers 403), and its only pseudo-version imports github.com/projectcalico/api, which its go.mod replaces with ./api, a nested module that is in no module zip and that the proxy does not serve, so calico-node and the calico CNI plugin cannot be built here"
 
-// kprRefusal is why up boots cilium only beside kube-proxy (measured on
-// 2026-12-03): systemd-nspawn, started by up in up's own cgroup, puts
-// every machine's payload in the same cgroup2 directory.
-const kprRefusal = "cilium then attaches its socket load-balancing programs at the root of the cgroup2 hierarchy its node sees, and up's machines share one cgroup2 directory (systemd-nspawn puts each machine's processes in payload/ of the cgroup up runs in), so each node's programs would translate the connections of every machine; use kube-proxy with cilium here (network.kubeProxy.mode nftables or iptables, kubeProxyReplacement false)"
-
 // Resolver looks a host name up as the host does (/etc/hosts, DNS).
 type Resolver func(ctx context.Context, host string) ([]netip.Addr, error)
 
@@ -211,9 +206,6 @@ func check(ctx context.Context, c *ir.Cluster, h hostFacts, resolve Resolver) (w
 	case "calico":
 		why = append(why, "network.cni.plugin calico: "+calicoRefusal+"; up boots flannel clusters (vxlan or host-gw)")
 	case "cilium":
-		if c.Network.CNI.KubeProxyReplacement {
-			why = append(why, "network.cni.kubeProxyReplacement: "+kprRefusal)
-		}
 	default:
 		why = append(why, fmt.Sprintf("network.cni.plugin %s: up boots flannel and cilium clusters", c.Network.CNI.Plugin))
 	}

@@ -1,0 +1,170 @@
+package nspawn
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// KindCgroup is a cgroup directory up made for a cluster or one of its
+// machines; removed with the cgroups below it, after ending any process
+// still in them.
+const KindCgroup = "cgroup"
+
+// cgroupRoot is where the kernel's cgroup hierarchies are mounted; up
+// makes cgroups under no other directory.
+const cgroupRoot = "/sys/fs/cgroup"
+
+// cgroupMount is one mounted cgroup hierarchy.
+type cgroupMount struct {
+	dir string
+	// cpuset says it is cgroup v1's cpuset controller, whose new groups
+	// have no CPUs or memory nodes until given their parent's.
+	cpuset bool
+}
+
+// readCgroupMounts lists the cgroup hierarchies mounted under
+// cgroupRoot, in the order /proc/self/mounts has them.
+func readCgroupMounts(mounts []byte) []cgroupMount {
+	var out []cgroupMount
+	sc := bufio.NewScanner(bytes.NewReader(mounts))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) < 4 || f[2] != "cgroup" && f[2] != "cgroup2" || !strings.HasPrefix(f[1], cgroupRoot) {
+			continue
+		}
+		out = append(out, cgroupMount{dir: f[1], cpuset: f[2] == "cgroup" && slices.Contains(strings.Split(f[3], ","), "cpuset")})
+	}
+	return out
+}
+
+// machineCgroups are the cgroups of machine name in cluster (the
+// bridge's name, unique to the cluster): one per hierarchy, below the
+// cluster's own.
+func machineCgroups(mounts []cgroupMount, cluster, name string) []string {
+	var out []string
+	for _, m := range mounts {
+		out = append(out, filepath.Join(m.dir, cluster, name))
+	}
+	return out
+}
+
+// makeCgroups makes the cluster's cgroup and the machine's in every
+// hierarchy, each journalled before it is made and only once (a machine
+// that boots again keeps its cgroups).
+func (c *Cluster) makeCgroups(m *machine) ([]string, error) {
+	dirs := machineCgroups(c.adjust.cgroups, c.p.bridge, m.name)
+	for i, mnt := range c.adjust.cgroups {
+		for _, dir := range []string{filepath.Dir(dirs[i]), dirs[i]} {
+			if c.j.has(KindCgroup, dir) {
+				continue
+			}
+			if err := c.j.record(Resource{Kind: KindCgroup, Name: dir}); err != nil {
+				return nil, err
+			}
+			if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+				return nil, fmt.Errorf("machine %s: %v", m.name, err)
+			}
+			if mnt.cpuset {
+				// A cpuset group takes no process until it has CPUs and
+				// memory nodes: its parent's.
+				for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
+					v, err := os.ReadFile(filepath.Join(filepath.Dir(dir), f))
+					if err != nil {
+						return nil, err
+					}
+					if err := os.WriteFile(filepath.Join(dir, f), v, 0o644); err != nil {
+						return nil, fmt.Errorf("machine %s: %s: %v", m.name, filepath.Join(dir, f), err)
+					}
+				}
+			}
+		}
+	}
+	return dirs, nil
+}
+
+// removeCgroup removes a cgroup up made and every cgroup below it
+// (those the machine's systemd and container runtime made), deepest
+// first, ending any process still in one (a machine orphaned by a crash
+// of up). A cgroup already gone is no error.
+func removeCgroup(dir string) error {
+	var dirs []string
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+		if d.IsDir() {
+			dirs = append(dirs, p)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	slices.Reverse(dirs)
+	for _, d := range dirs {
+		if err := emptyCgroup(d); err != nil {
+			return err
+		}
+		if err := syscall.Rmdir(d); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("cgroup %s: %v", d, err)
+		}
+	}
+	return nil
+}
+
+// emptyCgroup ends the processes of one cgroup and waits until it has
+// none.
+func emptyCgroup(dir string) error {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		data, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		pids := strings.Fields(string(data))
+		if len(pids) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("cgroup %s still holds processes %s", dir, strings.Join(pids, " "))
+		}
+		// cgroup v2 ends the whole group at once; v1 has no such file.
+		if err := os.WriteFile(filepath.Join(dir, "cgroup.kill"), []byte("1"), 0o644); err != nil {
+			for _, p := range pids {
+				if pid, err := strconv.Atoi(p); err == nil && pid > 1 {
+					_ = syscall.Kill(pid, syscall.SIGKILL)
+				}
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// validCgroup refuses a cgroup entry that is not one up makes: a
+// directory under cgroupRoot named for a cluster of up's, or below one.
+func validCgroup(name string) error {
+	rel, err := filepath.Rel(cgroupRoot, name)
+	if err != nil || filepath.Clean(name) != name || rel == "." || strings.HasPrefix(rel, "..") {
+		return fmt.Errorf("cgroup %q is not under %s", name, cgroupRoot)
+	}
+	if !strings.HasPrefix(filepath.Base(name), namePrefix) && !strings.HasPrefix(filepath.Base(filepath.Dir(name)), namePrefix) {
+		return fmt.Errorf("cgroup %q is not one of kcompile up's", name)
+	}
+	return nil
+}
