@@ -30,6 +30,26 @@ workers' kubeletVersion, of schema v1alpha1.
 ` + exitCodes("0", "a plan, printed", "1", "the plan is refused (a state that does not check, a budget of 0, a downgrade), or a side does not compile", "2", "usage error")
 }
 
+func (applyCmd) Help() string {
+	return `Examples:
+  sudo kcompile apply next/ --work /var/lib/kcompile/up/demo --dry-run
+  sudo kcompile apply next/ --work /var/lib/kcompile/up/demo
+  sudo kcompile apply next/ --work /var/lib/kcompile/up/demo --resume
+
+Plans the change from the spec kcompile up recorded when it booted the
+cluster (WORK/spec) to the new one, as kcompile plan does, every state
+checked, then takes the steps in order: each node's files of the step's
+state laid (only those that differ from the node's), systemd reloaded, the
+step's units restarted, its nodes drained first and uncordoned after where
+the step says so, and its health gates waited on (the kubelet's lease
+renewed and the node Ready, the API server's /readyz, etcd's member and
+quorum). The nodes' files must be the recorded spec's build with this
+secrets bundle. Steps that add or remove machines, change binaries, or
+need more than a restart are refused before anything changes. It stops
+at the first failure, naming the step; --resume goes on from there.
+` + exitCodes("0", "applied (or nothing to apply, or a dry run)", "1", "the plan is refused, a step failed or the apply was interrupted (the message says how to go on)", "2", "usage error")
+}
+
 func (upCmd) Help() string {
 	return `Examples:
   sudo kcompile up examples/single-node --binaries .bin/node --images .bin/images

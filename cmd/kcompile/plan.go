@@ -26,20 +26,29 @@ type planCmd struct {
 
 var viaVersion = regexp.MustCompile(`^1\.([0-9]+)\.[0-9]+$`)
 
-// Run plans; exit 0 with a plan, 1 when the plan is refused, 2 on any
-// other error.
-func (c *planCmd) Run(e *env) error {
+// parseVia reads --via: the release of each minor, by minor.
+func parseVia(releases []string) (map[int]string, error) {
 	via := map[int]string{}
-	for _, v := range c.Via {
+	for _, v := range releases {
 		m := viaVersion.FindStringSubmatch(v)
 		if m == nil {
-			return statusError{code: exitUsage, msg: fmt.Sprintf("--via %q: give a Kubernetes release as 1.MINOR.PATCH, such as 1.36.4", v)}
+			return nil, statusError{code: exitUsage, msg: fmt.Sprintf("--via %q: give a Kubernetes release as 1.MINOR.PATCH, such as 1.36.4", v)}
 		}
 		minor, _ := strconv.Atoi(m[1])
 		if prev, ok := via[minor]; ok && prev != v {
-			return statusError{code: exitUsage, msg: fmt.Sprintf("--via names two releases of 1.%d: %s and %s", minor, prev, v)}
+			return nil, statusError{code: exitUsage, msg: fmt.Sprintf("--via names two releases of 1.%d: %s and %s", minor, prev, v)}
 		}
 		via[minor] = v
+	}
+	return via, nil
+}
+
+// Run plans; exit 0 with a plan, 1 when the plan is refused, 2 on any
+// other error.
+func (c *planCmd) Run(e *env) error {
+	via, err := parseVia(c.Via)
+	if err != nil {
+		return err
 	}
 	p, err := compare.Plan(compare.Input{Args: c.Args, Git: c.Git, Secrets: c.Secrets, Policies: c.Policy, Profile: c.Profile,
 		Bound: e.bound, Now: e.now, Rand: rand.Reader, Cwd: e.cwd, Stage: e.progress.stage}, via)

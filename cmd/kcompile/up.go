@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/kcompile/kcompile/compiler"
 	"github.com/kcompile/kcompile/internal/detach"
 	"github.com/kcompile/kcompile/pipeline"
 	"github.com/kcompile/kcompile/runtimes/nspawn"
@@ -55,6 +56,15 @@ func (c *upCmd) Run(e *env) error {
 	if err != nil {
 		return err
 	}
+	// What kcompile apply plans from: the spec as data.
+	data, diags := compiler.Concrete(compiler.Source{Dir: c.Dir, Bound: e.bound})
+	if diags.HasErrors() {
+		return printDiagnostics(e, diags, "the spec does not evaluate to data")
+	}
+	spec, err := compiler.StateText(data)
+	if err != nil {
+		return err
+	}
 	work := c.Work
 	if work == "" {
 		work = nspawn.DefaultWork(out.Cluster.Name)
@@ -86,6 +96,8 @@ func (c *upCmd) Run(e *env) error {
 		Recover:   c.Recover,
 		Egress:    c.Egress,
 		Uplink:    c.Uplink,
+		Spec:      spec,
+		Issued:    e.now,
 	})
 	if err != nil {
 		return statusError{code: exitProblems, msg: err.Error()}

@@ -73,6 +73,12 @@ func newKube(kubeconfig []byte) (*kube, error) {
 	return &kube{server: strings.TrimSuffix(cl.Server, "/"), http: &http.Client{Transport: tr, Timeout: 30 * time.Second}, resources: map[string]map[string]apiResource{}}, nil
 }
 
+// at is a client with k's credentials of the API server at server
+// ("https://10.0.0.11:6443"), one of those behind the endpoint.
+func (k *kube) at(server string) *kube {
+	return &kube{server: server, http: k.http, resources: map[string]map[string]apiResource{}}
+}
+
 // do sends one request and returns the body of a 2xx answer.
 func (k *kube) do(ctx context.Context, method, p, contentType string, body []byte) ([]byte, error) {
 	var r io.Reader

@@ -353,9 +353,14 @@ func (m *machine) stop(ctx context.Context, grace time.Duration) (forced bool) {
 
 // exec runs a command inside the machine (all of its namespaces).
 func (m *machine) exec(ctx context.Context, args ...string) ([]byte, error) {
-	pid := m.leader()
+	return execIn(ctx, m.leader(), m.name, args...)
+}
+
+// execIn runs a command in every namespace of the machine named name
+// whose init is pid (0: not running).
+func execIn(ctx context.Context, pid int, name string, args ...string) ([]byte, error) {
 	if pid == 0 {
-		return nil, fmt.Errorf("machine %s is not running", m.name)
+		return nil, fmt.Errorf("machine %s is not running", name)
 	}
 	full := append([]string{"-t", fmt.Sprint(pid), "-a", "--"}, args...)
 	cmd := exec.CommandContext(ctx, "nsenter", full...)
@@ -366,7 +371,7 @@ func (m *machine) exec(ctx context.Context, args ...string) ([]byte, error) {
 	if err != nil {
 		var ee *exec.ExitError
 		if errors.As(err, &ee) {
-			return out, fmt.Errorf("%s on %s: %v: %s", strings.Join(args, " "), m.name, err, strings.TrimSpace(string(out)))
+			return out, fmt.Errorf("%s on %s: %v: %s", strings.Join(args, " "), name, err, strings.TrimSpace(string(out)))
 		}
 		return out, err
 	}

@@ -88,6 +88,12 @@ type Config struct {
 	// device of the host's default route.
 	Egress bool
 	Uplink string
+	// Spec is the cluster's spec as data (compiler.StateText of
+	// compiler.Concrete), and Issued the clock its certificates were
+	// issued at: recorded in the work directory for kcompile apply
+	// (nil: not recorded).
+	Spec   []byte
+	Issued time.Time
 }
 
 // Registry is the image registry up serves to the machines.
@@ -367,6 +373,9 @@ func Up(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		return nil, err
 	}
 	if err := c.claimWork(); err != nil {
+		return nil, err
+	}
+	if err := c.recordSpec(); err != nil {
 		return nil, err
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
@@ -1043,14 +1052,20 @@ func (c *Cluster) hints() string {
 // etcdClient dials etcd with the API server's client certificate from
 // the first control-plane node's tree.
 func (c *Cluster) etcdClient() (*etcdHealth, error) {
-	for _, m := range c.p.machines {
-		if !m.node.Runs(ir.ComponentAPIServer) {
+	return etcdClientOf(c.cfg.Cluster, c.cfg.Systemd)
+}
+
+// etcdClientOf is a client of cluster c's etcd with the credentials of
+// the API server of its first control-plane node in tree.
+func etcdClientOf(cl *ir.Cluster, tree *targets.Tree) (*etcdHealth, error) {
+	for _, n := range cl.Nodes {
+		if !n.Runs(ir.ComponentAPIServer) {
 			continue
 		}
 		get := func(p string) ([]byte, error) {
-			f, ok := c.cfg.Systemd.Get(layout.NodeTree(m.name, p))
+			f, ok := tree.Get(layout.NodeTree(n.Name, p))
 			if !ok {
-				return nil, fmt.Errorf("node %s has no %s", m.name, p)
+				return nil, fmt.Errorf("node %s has no %s", n.Name, p)
 			}
 			return f.Data, nil
 		}

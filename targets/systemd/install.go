@@ -13,8 +13,9 @@ import (
 // the spec's versions in place (downloading and checking them against the
 // spec's sha256 sums, or finding them preinstalled) and checks that each
 // reports the version the spec asks for. It runs layout.InstallScript on
-// layout.BinariesList, both in the node's lib directory.
-const installUnit = "kcompile-install.service"
+// layout.BinariesList, both in the node's lib directory. A change that
+// restarts it changes the node's binaries.
+const InstallUnit = "kcompile-install.service"
 
 // installScriptText is the installer, POSIX sh with curl, sha256sum, tar
 // and install, which every supported distribution has. DESTDIR prefixes
@@ -154,7 +155,7 @@ func binariesList(c *ir.Cluster, n ir.Node) ([]byte, error) {
 
 // installUnitFile is the oneshot service every component requires.
 func installUnitFile(l placement) UnitFile {
-	return UnitFile{installUnit, unitfile.File{Sections: []unitfile.Section{
+	return UnitFile{InstallUnit, unitfile.File{Sections: []unitfile.Section{
 		{Name: "Unit", Directives: []unitfile.Directive{
 			{Key: "Description", Value: "Install and check the binaries of the cluster's versions"},
 			{Key: "Documentation", Value: "https://github.com/kcompile/kcompile"},
@@ -176,7 +177,7 @@ func requireInstall(u *unitfile.File) {
 	for i := range u.Sections {
 		if u.Sections[i].Name == "Unit" {
 			u.Sections[i].Directives = append(u.Sections[i].Directives,
-				unitfile.Directive{Key: "After", Value: installUnit}, unitfile.Directive{Key: "Requires", Value: installUnit})
+				unitfile.Directive{Key: "After", Value: InstallUnit}, unitfile.Directive{Key: "Requires", Value: InstallUnit})
 		}
 	}
 }

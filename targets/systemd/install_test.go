@@ -190,12 +190,12 @@ func TestInstallPreinstalled(t *testing.T) {
 func TestComponentsRequireInstall(t *testing.T) {
 	c := compileExample(t, "ha-stacked")
 	for _, u := range NodeUnits(c, c.Nodes[0], Options{}) {
-		if u.Name == installUnit {
+		if u.Name == InstallUnit {
 			continue
 		}
 		requires := strings.Join(u.Unit.Get("Unit", "Requires"), " ")
-		if !strings.Contains(requires, installUnit) {
-			t.Errorf("%s does not require %s", u.Name, installUnit)
+		if !strings.Contains(requires, InstallUnit) {
+			t.Errorf("%s does not require %s", u.Name, InstallUnit)
 		}
 	}
 }

@@ -46,7 +46,7 @@ func TestBootDropInWantsEveryUnit(t *testing.T) {
 					t.Errorf("%s/%s: %s starts after %s: %v", name, n.Name, a, b, wants)
 				}
 			}
-			if wants[0] != installUnit {
+			if wants[0] != InstallUnit {
 				t.Errorf("%s/%s: the installer does not start first: %v", name, n.Name, wants)
 			}
 			before("etcd.service", "kube-apiserver.service")

@@ -1,0 +1,713 @@
+package nspawn
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"maps"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kcompile/kcompile/compiler"
+	"github.com/kcompile/kcompile/compiler/ir"
+	"github.com/kcompile/kcompile/internal/writer"
+	"github.com/kcompile/kcompile/layout"
+	change "github.com/kcompile/kcompile/plan"
+	"github.com/kcompile/kcompile/targets"
+	"github.com/kcompile/kcompile/targets/systemd"
+)
+
+// What up records of the cluster it booted, under the work directory,
+// for kcompile apply: the spec as data (compiler.StateText), the clock
+// its certificates were issued at, and the changes up made to the
+// compiled files (systemd.UpOverrides). Built again from these with the
+// same secrets bundle, the spec gives the running nodes' files byte for
+// byte; apply replaces the spec with each change it completes.
+const (
+	SpecDir       = "spec"
+	SpecFile      = "spec/state.cue"
+	IssuedFile    = "spec/issued"
+	OverridesFile = "spec/overrides.json"
+	// ProgressFile is an apply's progress while it lasts: the plan it
+	// follows and the steps done.
+	ProgressFile = "apply.json"
+)
+
+// recordSpec writes what apply reads of the booted cluster.
+func (c *Cluster) recordSpec() error {
+	if c.cfg.Spec == nil {
+		return nil
+	}
+	dir := filepath.Join(c.cfg.Work, SpecDir)
+	if err := c.mkdir(dir); err != nil {
+		return err
+	}
+	over, err := json.MarshalIndent(c.adjust.overrides, "", "  ")
+	if err != nil {
+		return err
+	}
+	for name, data := range map[string][]byte{
+		SpecFile:      c.cfg.Spec,
+		IssuedFile:    []byte(c.cfg.Issued.UTC().Format(time.RFC3339Nano) + "\n"),
+		OverridesFile: append(over, '\n'),
+	} {
+		if err := writer.PrivateFile(filepath.Join(c.cfg.Work, name), data); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Running is what apply knows of a cluster kcompile up runs, read from
+// its work directory.
+type Running struct {
+	Work string
+	// Spec is the running cluster's spec as a spec file's text, and
+	// Issued the clock its certificates were issued at.
+	Spec   []byte
+	Issued time.Time
+	// Overrides are up's changes to the compiled files.
+	Overrides systemd.UpOverrides
+	state     *State
+}
+
+// ReadRunning reads what up recorded in work of the cluster it runs.
+func ReadRunning(work string) (*Running, error) {
+	st, err := ReadState(work)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("no cluster of kcompile up in %s (no %s)", work, StateName)
+		}
+		return nil, err
+	}
+	r := &Running{Work: work, state: st}
+	if r.Spec, err = os.ReadFile(filepath.Join(work, SpecFile)); err != nil {
+		return nil, fmt.Errorf("the cluster in %s records no spec (%v): it was booted by a kcompile up older than apply; boot it again", work, err)
+	}
+	issued, err := os.ReadFile(filepath.Join(work, IssuedFile))
+	if err != nil {
+		return nil, err
+	}
+	if r.Issued, err = time.Parse(time.RFC3339Nano, strings.TrimSpace(string(issued))); err != nil {
+		return nil, fmt.Errorf("%s: %v", filepath.Join(work, IssuedFile), err)
+	}
+	over, err := os.ReadFile(filepath.Join(work, OverridesFile))
+	if err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal(over, &r.Overrides); err != nil {
+		return nil, fmt.Errorf("%s: %v", filepath.Join(work, OverridesFile), err)
+	}
+	return r, nil
+}
+
+// ApplyConfig is one kcompile apply of a cluster up runs.
+type ApplyConfig struct {
+	Running *Running
+	Plan    *change.Plan
+	// Old is the running cluster, built from Running.Spec as Build
+	// builds a state.
+	Old *ir.Cluster
+	// OldTree is its systemd tree.
+	OldTree *targets.Tree
+	// Build compiles a state of the plan with the bundle and the clock
+	// the running cluster was built with, and builds its systemd tree.
+	Build func(state map[string]any) (*ir.Cluster, *targets.Tree, error)
+	// DryRun says what each step would do and changes nothing.
+	DryRun bool
+	// Resume continues an apply of the same plan that stopped.
+	Resume bool
+	// GateTimeout bounds the wait on each health gate (default 5m).
+	GateTimeout time.Duration
+	Log         io.Writer
+	Now         func() time.Time
+}
+
+// progress is ProgressFile.
+type progress struct {
+	// States are the digests of the plan's states, in step order.
+	States []string `json:"states"`
+	// Done counts the steps completed.
+	Done int `json:"done"`
+}
+
+// applier runs one apply.
+type applier struct {
+	cfg   ApplyConfig
+	kube  *kube
+	etcd  *etcdHealth
+	steps []change.Step
+	log   func(format string, a ...any)
+	// leaders are the machines' init processes, by node name.
+	leaders map[string]int
+}
+
+// Apply performs the plan on the cluster up runs, step by step: for
+// each step it drains the step's nodes where the step says so, lays each
+// node's files of the step's state (those that differ from the files
+// the node has), reloads systemd and restarts the step's units, waits on
+// the step's health gates, and uncordons. It stops at the first failure
+// with the step named; a later Apply with Resume goes on from there. At
+// the end the cluster's recorded spec is the plan's last state.
+func Apply(ctx context.Context, cfg ApplyConfig) error {
+	if cfg.GateTimeout == 0 {
+		cfg.GateTimeout = 5 * time.Minute
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	a := &applier{cfg: cfg, leaders: map[string]int{}}
+	a.log = func(format string, args ...any) { fmt.Fprintf(cfg.Log, format+"\n", args...) }
+	for _, s := range cfg.Plan.Stages {
+		a.steps = append(a.steps, s.Steps...)
+	}
+	if err := a.supported(); err != nil {
+		return err
+	}
+	for _, r := range cfg.Running.state.Resources {
+		if r.Kind == KindProcess && r.alive() {
+			if pid := firstChild(r.PID); pid > 0 {
+				a.leaders[r.Name] = pid
+			}
+		}
+	}
+	for _, n := range cfg.Old.Nodes {
+		if a.leaders[n.Name] == 0 {
+			return fmt.Errorf("node %s is not running: kcompile node start %s --work %s, then apply again", n.Name, n.Name, cfg.Running.Work)
+		}
+	}
+	admin, ok := cfg.OldTree.Get(layout.ClusterTree("super-admin.conf"))
+	if !ok {
+		return errors.New("kcompile bug: the cluster tree has no super-admin.conf")
+	}
+	var err error
+	if a.kube, err = newKube(admin.Data); err != nil {
+		return err
+	}
+	if a.etcd, err = etcdClientOf(cfg.Old, cfg.OldTree); err != nil {
+		return err
+	}
+	digests := make([]string, len(a.steps))
+	for i, s := range a.steps {
+		text, err := compiler.StateText(s.State)
+		if err != nil {
+			return err
+		}
+		sum := sha256.Sum256(text)
+		digests[i] = hex.EncodeToString(sum[:])
+	}
+	progressPath := filepath.Join(cfg.Running.Work, ProgressFile)
+	done := 0
+	if data, err := os.ReadFile(progressPath); err == nil {
+		var p progress
+		if err := json.Unmarshal(data, &p); err != nil {
+			return fmt.Errorf("%s: %v", progressPath, err)
+		}
+		if !slices.Equal(p.States, digests) {
+			return fmt.Errorf("an apply of another change stopped after step %d of %d (%s): apply that change with --resume first", p.Done, len(p.States), progressPath)
+		}
+		if !cfg.Resume {
+			return fmt.Errorf("an apply of this change stopped after step %d of %d: run it again with --resume to go on from step %d", p.Done, len(p.States), p.Done+1)
+		}
+		done = p.Done
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return err
+	} else if cfg.Resume {
+		return errors.New("--resume: no apply of this cluster stopped")
+	}
+	if done == 0 {
+		// The running nodes' files must be the running spec's: else the
+		// bundle or the spec is not the one the cluster was booted
+		// from, and the steps would lay more than they say.
+		if err := a.verify(ctx); err != nil {
+			return err
+		}
+	}
+	if len(a.steps) == 0 {
+		a.log("nothing to apply: the running cluster is already %s", cfg.Plan.To)
+		return nil
+	}
+	prev := cfg.OldTree
+	if done > 0 {
+		if _, prev, err = cfg.Build(a.steps[done-1].State); err != nil {
+			return err
+		}
+	}
+	for i := done; i < len(a.steps); i++ {
+		s := a.steps[i]
+		c, tree, err := cfg.Build(s.State)
+		if err != nil {
+			return fmt.Errorf("step %d: building its state: %w", s.N, err)
+		}
+		a.log("step %d/%d: %s %s", s.N, len(a.steps), s.Kind, strings.Join(s.Nodes, " "))
+		if err := a.step(ctx, s, c, prev, tree); err != nil {
+			if cfg.DryRun {
+				return err
+			}
+			return fmt.Errorf("step %d (%s %s) stopped: %w; what it did stays done: fix the cause and run kcompile apply --resume to go on from step %d", s.N, s.Kind, strings.Join(s.Nodes, " "), err, s.N)
+		}
+		prev = tree
+		if cfg.DryRun {
+			continue
+		}
+		data, _ := json.Marshal(progress{States: digests, Done: i + 1})
+		if err := writer.PrivateFile(progressPath, data); err != nil {
+			return err
+		}
+		a.log("step %d/%d done", s.N, len(a.steps))
+		if err := ctx.Err(); err != nil && i+1 < len(a.steps) {
+			return fmt.Errorf("stopped after step %d of %d (%w): kcompile apply --resume goes on from step %d", s.N, len(a.steps), err, s.N+1)
+		}
+	}
+	if cfg.DryRun {
+		return nil
+	}
+	text, err := compiler.StateText(a.steps[len(a.steps)-1].State)
+	if err != nil {
+		return err
+	}
+	if err := writer.PrivateFile(filepath.Join(cfg.Running.Work, SpecFile), text); err != nil {
+		return err
+	}
+	return os.Remove(progressPath)
+}
+
+// supported refuses, before anything changes, a plan with a step apply
+// cannot take on up's machines, naming it.
+func (a *applier) supported() error {
+	for _, s := range a.steps {
+		switch {
+		case strings.HasPrefix(s.Kind, "add ") || strings.HasPrefix(s.Kind, "remove "):
+			return fmt.Errorf("step %d (%s %s): kcompile apply cannot add or remove the machines of a cluster kcompile up runs yet; boot the new spec with kcompile up instead", s.N, s.Kind, strings.Join(s.Nodes, " "))
+		case s.Kind == "explicit":
+			return fmt.Errorf("step %d is a change a restart does not apply, which apply does not perform: %s", s.N, strings.Join(s.Actions, "; "))
+		case slices.Contains(s.Restarts, systemd.InstallUnit):
+			return fmt.Errorf("step %d (%s %s) changes the node's binaries, and up's machines hold the binaries of the release they were booted with (--binaries); boot the new release with kcompile up", s.N, s.Kind, strings.Join(s.Nodes, " "))
+		}
+	}
+	return nil
+}
+
+// verify holds the running nodes' files to the running spec's build.
+func (a *applier) verify(ctx context.Context) error {
+	for _, n := range a.cfg.Old.Nodes {
+		changed, _, err := a.changes(ctx, n, a.cfg.Old, a.cfg.OldTree, a.cfg.OldTree)
+		if err != nil {
+			return err
+		}
+		if len(changed) > 0 {
+			return fmt.Errorf("node %s's files are not those of the spec kcompile up recorded when it booted it (%s differs): apply with the secrets bundle the cluster was booted with", n.Name, changed[0])
+		}
+	}
+	return nil
+}
+
+// nodeFiles are the files of node n as a machine of up has them: the
+// compiled tree's and up's changes (systemd.UpFiles), by absolute path,
+// with their modes.
+func (a *applier) nodeFiles(c *ir.Cluster, tree *targets.Tree, name string) (map[string]targets.File, error) {
+	out := map[string]targets.File{}
+	prefix := layout.NodeTree(name, "")
+	for _, f := range tree.Files() {
+		if rel, ok := strings.CutPrefix(f.Path, prefix); ok {
+			f.Path = "/" + rel
+			out[f.Path] = f
+		}
+	}
+	for _, n := range c.Nodes {
+		if n.Name != name {
+			continue
+		}
+		up, err := systemd.UpFiles(c, n, systemd.Options{}, a.cfg.Running.Overrides)
+		if err != nil {
+			return nil, err
+		}
+		for p, data := range up {
+			out["/"+p] = targets.File{Path: "/" + p, Data: data, Mode: 0o644}
+		}
+	}
+	return out, nil
+}
+
+// changes are the files node n must be given to be as tree builds it
+// (prev is the tree it was built from before, whose files tree no longer
+// has are removed), read against the machine's own.
+func (a *applier) changes(ctx context.Context, n ir.Node, c *ir.Cluster, prev, tree *targets.Tree) (changed, removed []string, err error) {
+	want, err := a.nodeFiles(c, tree, n.Name)
+	if err != nil {
+		return nil, nil, err
+	}
+	had, err := a.nodeFiles(c, prev, n.Name)
+	if err != nil {
+		return nil, nil, err
+	}
+	root := a.root(n.Name)
+	for _, p := range slices.Sorted(maps.Keys(want)) {
+		data, err := os.ReadFile(filepath.Join(root, p))
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, nil, err
+		}
+		if err != nil || !bytes.Equal(data, want[p].Data) {
+			changed = append(changed, p)
+		}
+	}
+	for _, p := range slices.Sorted(maps.Keys(had)) {
+		if _, ok := want[p]; !ok {
+			if _, err := os.Lstat(filepath.Join(root, p)); err == nil {
+				removed = append(removed, p)
+			}
+		}
+	}
+	return changed, removed, ctx.Err()
+}
+
+// root is the machine's root seen from the host: its init's.
+func (a *applier) root(node string) string {
+	return fmt.Sprintf("/proc/%d/root", a.leaders[node])
+}
+
+// run runs a command in a machine.
+func (a *applier) run(ctx context.Context, node string, args ...string) ([]byte, error) {
+	return execIn(ctx, a.leaders[node], node, args...)
+}
+
+// step performs one step.
+func (a *applier) step(ctx context.Context, s change.Step, c *ir.Cluster, prev, tree *targets.Tree) error {
+	if s.Kind == "addons" {
+		return a.addons(ctx, c, tree)
+	}
+	nodes := map[string]ir.Node{}
+	for _, n := range c.Nodes {
+		nodes[n.Name] = n
+	}
+	for _, name := range s.Nodes {
+		if _, ok := nodes[name]; !ok {
+			return fmt.Errorf("node %s is not in the step's state", name)
+		}
+	}
+	if a.cfg.DryRun {
+		for _, name := range s.Nodes {
+			changed, removed, err := a.changes(ctx, nodes[name], c, prev, tree)
+			if err != nil {
+				return err
+			}
+			if s.Drain {
+				a.log("  would drain %s (within %s)", name, s.DrainTimeout)
+			}
+			a.log("  would lay %d files on %s%s, then restart %s", len(changed), name, listed(changed, removed), strings.Join(s.Restarts, ", "))
+		}
+		return nil
+	}
+	if s.Drain {
+		timeout, err := time.ParseDuration(s.DrainTimeout)
+		if err != nil || timeout <= 0 {
+			timeout = 5 * time.Minute
+		}
+		for _, name := range s.Nodes {
+			if err := a.drain(ctx, name, timeout); err != nil {
+				return err
+			}
+		}
+	}
+	// When each node's units were restarted: a lease renewed after it is
+	// the new kubelet's.
+	restarted := map[string]time.Time{}
+	for _, name := range s.Nodes {
+		changed, removed, err := a.changes(ctx, nodes[name], c, prev, tree)
+		if err != nil {
+			return err
+		}
+		want, err := a.nodeFiles(c, tree, name)
+		if err != nil {
+			return err
+		}
+		for _, p := range changed {
+			if err := writeInto(a.root(name), want[p]); err != nil {
+				return fmt.Errorf("node %s: %v", name, err)
+			}
+		}
+		for _, p := range removed {
+			if err := os.Remove(filepath.Join(a.root(name), p)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return fmt.Errorf("node %s: %v", name, err)
+			}
+		}
+		a.log("  %s: laid %d files%s", name, len(changed), listed(changed, removed))
+		if _, err := a.run(ctx, name, "systemctl", "daemon-reload"); err != nil {
+			return err
+		}
+		for _, u := range s.Restarts {
+			if _, err := a.run(ctx, name, "systemctl", "restart", u); err != nil {
+				return err
+			}
+		}
+		restarted[name] = a.cfg.Now()
+		if len(s.Restarts) > 0 {
+			a.log("  %s: restarted %s", name, strings.Join(s.Restarts, ", "))
+		}
+	}
+	for _, name := range s.Nodes {
+		if err := a.gates(ctx, nodes[name], s, restarted[name]); err != nil {
+			return err
+		}
+	}
+	if s.Drain {
+		for _, name := range s.Nodes {
+			if err := a.cordon(ctx, name, false); err != nil {
+				return err
+			}
+			a.log("  %s: uncordoned", name)
+		}
+		if err := a.await(ctx, "the drained nodes' workloads available", func() (bool, string) { return a.kube.workloadsReady(ctx) }); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// listed says which files, in a log line.
+func listed(changed, removed []string) string {
+	var parts []string
+	if len(changed) > 0 {
+		parts = append(parts, strings.Join(changed, ", "))
+	}
+	if len(removed) > 0 {
+		parts = append(parts, "removed "+strings.Join(removed, ", "))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(parts, "; ") + ")"
+}
+
+// writeInto writes a file into a machine's root, atomically, with its
+// mode: a temporary file beside it renamed over it.
+func writeInto(root string, f targets.File) error {
+	p := filepath.Join(root, f.Path)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(p), writer.TempPrefix(p))
+	if err != nil {
+		return err
+	}
+	name := tmp.Name()
+	defer os.Remove(name)
+	if err := tmp.Chmod(f.Mode.Perm()); err != nil {
+		tmp.Close()
+		return err
+	}
+	if _, err := tmp.Write(f.Data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(name, p)
+}
+
+// gates waits on what must hold of node n after step s before the next
+// step: its kubelet's lease renewed since the restart and the node
+// Ready; its API server's /readyz; its etcd member healthy and the
+// members' quorum; its controllers active.
+func (a *applier) gates(ctx context.Context, n ir.Node, s change.Step, since time.Time) error {
+	restarted := func(u string) bool { return slices.Contains(s.Restarts, u) }
+	if restarted("etcd.service") {
+		for _, m := range a.cfg.Old.Etcd.Members {
+			if m.Name != n.Name {
+				continue
+			}
+			if err := a.await(ctx, "etcd member "+n.Name+" healthy", func() (bool, string) {
+				return a.etcd.healthy(ctx, m.ClientURL()), "not healthy"
+			}); err != nil {
+				return err
+			}
+		}
+		members := a.cfg.Old.Etcd.Members
+		if err := a.await(ctx, "etcd quorum", func() (bool, string) {
+			healthy := 0
+			for _, m := range members {
+				if a.etcd.healthy(ctx, m.ClientURL()) {
+					healthy++
+				}
+			}
+			return healthy > len(members)/2, fmt.Sprintf("%d/%d members healthy", healthy, len(members))
+		}); err != nil {
+			return err
+		}
+	}
+	if restarted("kube-apiserver.service") {
+		k := a.kube.at("https://" + net.JoinHostPort(n.Address().String(), strconv.Itoa(a.cfg.Old.Kubernetes.APIServerPort)))
+		if err := a.await(ctx, "kube-apiserver of "+n.Name+" ready", func() (bool, string) {
+			return k.ready(ctx), "/readyz does not answer ok"
+		}); err != nil {
+			return err
+		}
+	}
+	for _, u := range []string{"kube-controller-manager.service", "kube-scheduler.service", "kube-proxy.service", "containerd.service"} {
+		if !restarted(u) {
+			continue
+		}
+		if err := a.await(ctx, u+" of "+n.Name+" active", func() (bool, string) {
+			out, err := a.run(ctx, n.Name, "systemctl", "is-active", u)
+			return err == nil, strings.TrimSpace(string(out))
+		}); err != nil {
+			return err
+		}
+	}
+	if n.RunsPods() {
+		if err := a.await(ctx, n.Name+" Ready, its kubelet's lease renewed since the restart", func() (bool, string) {
+			var l coordinationv1.Lease
+			if err := a.kube.get(ctx, "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/"+n.Name, &l); err != nil {
+				return false, err.Error()
+			}
+			if l.Spec.RenewTime == nil || !l.Spec.RenewTime.After(since) {
+				return false, "lease last renewed before the restart"
+			}
+			var node corev1.Node
+			if err := a.kube.get(ctx, "/api/v1/nodes/"+n.Name, &node); err != nil {
+				return false, err.Error()
+			}
+			return nodeReady(node), "not Ready"
+		}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// await polls f until it holds, the gate's time runs out or ctx ends.
+func (a *applier) await(ctx context.Context, what string, f func() (bool, string)) error {
+	ctx, cancel := context.WithTimeout(ctx, a.cfg.GateTimeout)
+	defer cancel()
+	last := ""
+	for {
+		ok, status := f()
+		if ok {
+			a.log("  gate: %s", what)
+			return nil
+		}
+		last = status
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("gate %q does not hold (%s) after %s", what, last, a.cfg.GateTimeout)
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// cordon marks a node unschedulable, or schedulable again.
+func (a *applier) cordon(ctx context.Context, node string, on bool) error {
+	patch := fmt.Sprintf(`{"spec":{"unschedulable":%t}}`, on)
+	_, err := a.kube.do(ctx, http.MethodPatch, "/api/v1/nodes/"+node, "application/strategic-merge-patch+json", []byte(patch))
+	return err
+}
+
+// drain cordons a node and evicts its pods through the Eviction API,
+// which refuses an eviction a PodDisruptionBudget forbids (429): those
+// are asked again until timeout. DaemonSet pods and static pods stay.
+func (a *applier) drain(ctx context.Context, node string, timeout time.Duration) error {
+	if err := a.cordon(ctx, node, true); err != nil {
+		return err
+	}
+	a.log("  %s: cordoned", node)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for {
+		var pods corev1.PodList
+		if err := a.kube.get(ctx, "/api/v1/pods?fieldSelector="+url.QueryEscape("spec.nodeName="+node), &pods); err != nil {
+			return err
+		}
+		left := 0
+		for _, p := range pods.Items {
+			if staysOnDrain(p) {
+				continue
+			}
+			left++
+			ev := policyv1.Eviction{TypeMeta: metav1.TypeMeta{APIVersion: "policy/v1", Kind: "Eviction"},
+				ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace}}
+			body, _ := json.Marshal(ev)
+			_, err := a.kube.do(ctx, http.MethodPost, path.Join("/api/v1/namespaces", p.Namespace, "pods", p.Name, "eviction"), "application/json", body)
+			var ae *apiError
+			if err != nil && !(errors.As(err, &ae) && (ae.code == http.StatusTooManyRequests || ae.code == http.StatusNotFound)) {
+				return fmt.Errorf("evicting %s/%s: %v", p.Namespace, p.Name, err)
+			}
+		}
+		if left == 0 {
+			a.log("  %s: drained", node)
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("draining %s: %d pods still on it after %s (a PodDisruptionBudget refuses their eviction, or they do not end)", node, left, timeout)
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// staysOnDrain: a DaemonSet's pod, a static pod, or one that ended.
+func staysOnDrain(p corev1.Pod) bool {
+	if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		return true
+	}
+	if _, mirror := p.Annotations[corev1.MirrorPodAnnotationKey]; mirror {
+		return true
+	}
+	for _, o := range p.OwnerReferences {
+		if o.Kind == "DaemonSet" {
+			return true
+		}
+	}
+	return false
+}
+
+// addons applies the addon manifests of tree (up's copies where its
+// overrides change them) and waits until they roll out.
+func (a *applier) addons(ctx context.Context, c *ir.Cluster, tree *targets.Tree) error {
+	copies, err := systemd.UpAddons(c, a.cfg.Running.Overrides)
+	if err != nil {
+		return err
+	}
+	for _, f := range tree.Files() {
+		rel, ok := strings.CutPrefix(f.Path, layout.ClusterTree("addons/"))
+		if !ok {
+			continue
+		}
+		data, copied := copies[f.Path]
+		if !copied {
+			data = f.Data
+		}
+		if a.cfg.DryRun {
+			a.log("  would apply %s", rel)
+			continue
+		}
+		n, err := a.kube.apply(ctx, rel, data)
+		if err != nil {
+			return fmt.Errorf("applying %s: %v", rel, err)
+		}
+		a.log("  applied %s (%d objects)", rel, n)
+	}
+	if a.cfg.DryRun {
+		return nil
+	}
+	return a.await(ctx, "every addon rolled out", func() (bool, string) { return a.kube.workloadsReady(ctx) })
+}
