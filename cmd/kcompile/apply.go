@@ -29,6 +29,7 @@ type applyCmd struct {
 	Via         []string      `placeholder:"VERSION" help:"As for kcompile plan: the release of each Kubernetes minor the change passes through."`
 	Policy      []string      `placeholder:"PDIR" help:"Hold every state of the plan to the organisation policies of PDIR (repeatable)."`
 	Profile     string        `enum:",cis" default:"" help:"With --policy: the benchmark every state is checked with."`
+	Binaries    string        `help:"Directory of the programs of the new versions by name (as kcompile up's --binaries): a step that changes a node's binaries lays them from there." placeholder:"DIR"`
 	DryRun      bool          `help:"Say what each step would do (the files it would lay on each node, the units it would restart) and change nothing."`
 	Resume      bool          `help:"Go on with an apply of the same change that stopped, from the step after the last one done."`
 	GateTimeout time.Duration `default:"5m" help:"How long each health gate may take to hold before apply stops."`
@@ -103,8 +104,8 @@ func (c *applyCmd) Run(e *env) error {
 	}
 	err = nspawn.Apply(ctx, nspawn.ApplyConfig{
 		Running: running, Plan: p, Old: old, OldTree: oldTree,
-		Build:  func(state map[string]any) (*ir.Cluster, *targets.Tree, error) { return build(c.Dir, state) },
-		DryRun: c.DryRun, Resume: c.Resume, GateTimeout: c.GateTimeout, Log: e.stderr, Now: time.Now,
+		Build:    func(state map[string]any) (*ir.Cluster, *targets.Tree, error) { return build(c.Dir, state) },
+		Binaries: c.Binaries, DryRun: c.DryRun, Resume: c.Resume, GateTimeout: c.GateTimeout, Log: e.stderr, Now: time.Now,
 	})
 	if err != nil {
 		return statusError{code: exitProblems, msg: err.Error()}

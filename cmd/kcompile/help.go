@@ -44,8 +44,10 @@ step's units restarted, its nodes drained first and uncordoned after where
 the step says so, and its health gates waited on (the kubelet's lease
 renewed and the node Ready, the API server's /readyz, etcd's member and
 quorum). The nodes' files must be the recorded spec's build with this
-secrets bundle. Steps that add or remove machines, change binaries, or
-need more than a restart are refused before anything changes. It stops
+secrets bundle. A step that changes a node's versions lays the programs
+of --binaries first and checks them as the install unit does. Steps that
+add or remove machines, or need more than a restart, are refused before
+anything changes. It stops
 at the first failure, naming the step; --resume goes on from there.
 ` + exitCodes("0", "applied (or nothing to apply, or a dry run)", "1", "the plan is refused, a step failed or the apply was interrupted (the message says how to go on)", "2", "usage error")
 }

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -174,9 +175,21 @@ func decide(c *ir.Cluster, p *plan, h hostFacts, target pipeline.Target, mirror 
 		} {
 			a.sysctls[s.path] = s.value + "\n"
 		}
-		init.WriteString("# Files over the sysctls the kubelet sets, which are not per-namespace\n# and so read-only in a machine.\nfor s in vm/overcommit_memory kernel/panic kernel/panic_on_oops; do\n\tmount --bind \"" + layout.Abs(layout.UpSysctlDir) + "$(echo \"$s\" | tr / .)\" \"/proc/sys/$s\"\ndone\n")
 		a.add("sysctl-files", "files bound over /proc/sys/vm/overcommit_memory, kernel/panic and kernel/panic_on_oops (1, 10, 1)",
 			"the kubelet writes these host-wide sysctls, which a machine may not change")
+		if old := oldKubeProxies(c); len(old) > 0 && h.conntrack.max >= h.conntrack.want() {
+			// Check refused a host whose limit is lower than kube-proxy
+			// wants: the file holds the host's, at least as large.
+			a.sysctls["net/netfilter/nf_conntrack_max"] = strconv.Itoa(h.conntrack.max) + "\n"
+			a.add("conntrack-max-file", fmt.Sprintf("a file holding the host's nf_conntrack_max (%d) bound over /proc/sys/net/netfilter/nf_conntrack_max", h.conntrack.max),
+				fmt.Sprintf("kube-proxy before 1.37 (%s) writes the limit it computes (%d) whenever the current one differs, even to lower it, and exits when it cannot, and a machine may not change this host-wide sysctl; the host's limit is already at least that", strings.Join(old, ", "), h.conntrack.want()))
+		}
+		var paths []string
+		for p := range a.sysctls {
+			paths = append(paths, p)
+		}
+		slices.Sort(paths)
+		init.WriteString("# Files over the host-wide sysctls the kubelet (and an older kube-proxy)\n# sets, which are not per-namespace and so read-only in a machine.\nfor s in " + strings.Join(paths, " ") + "; do\n\tmount --bind \"" + layout.Abs(layout.UpSysctlDir) + "$(echo \"$s\" | tr / .)\" \"/proc/sys/$s\"\ndone\n")
 		if h.cgroupV1 {
 			// A machine's systemd sees its cgroups above its own root
 			// ("/.." in /proc/1/cgroup): it never hears that a
@@ -239,6 +252,25 @@ func decide(c *ir.Cluster, p *plan, h hostFacts, target pipeline.Target, mirror 
 	init.WriteString("exec " + layout.Abs(layout.SystemdInit) + " \"$@\"\n")
 	a.init = init.String()
 	return a, nil
+}
+
+// oldKubeProxies names the nodes whose kube-proxy is older than 1.37,
+// with its version.
+func oldKubeProxies(c *ir.Cluster) []string {
+	var out []string
+	for _, n := range c.Nodes {
+		if !n.Runs(ir.ComponentKubeProxy) {
+			continue
+		}
+		v := n.KubeProxyVersion
+		if v == "" {
+			v = c.Kubernetes.KubeProxy
+		}
+		if minor, err := strconv.Atoi(strings.Split(strings.TrimPrefix(v, "1."), ".")[0]); err == nil && strings.HasPrefix(v, "1.") && minor < 37 {
+			out = append(out, n.Name+" "+v)
+		}
+	}
+	return out
 }
 
 // containerScopePrefix names, as a drop-in prefix, the scopes runc

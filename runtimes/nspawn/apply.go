@@ -132,6 +132,11 @@ type ApplyConfig struct {
 	// Build compiles a state of the plan with the bundle and the clock
 	// the running cluster was built with, and builds its systemd tree.
 	Build func(state map[string]any) (*ir.Cluster, *targets.Tree, error)
+	// Binaries is a directory of the programs of the plan's new
+	// versions by name (as up's --binaries): a step that changes a
+	// node's binaries lays those from there. Without it such a step is
+	// refused.
+	Binaries string
 	// DryRun says what each step would do and changes nothing.
 	DryRun bool
 	// Resume continues an apply of the same plan that stopped.
@@ -246,9 +251,9 @@ func Apply(ctx context.Context, cfg ApplyConfig) error {
 		a.log("nothing to apply: the running cluster is already %s", cfg.Plan.To)
 		return nil
 	}
-	prev := cfg.OldTree
+	prevC, prev := cfg.Old, cfg.OldTree
 	if done > 0 {
-		if _, prev, err = cfg.Build(a.steps[done-1].State); err != nil {
+		if prevC, prev, err = cfg.Build(a.steps[done-1].State); err != nil {
 			return err
 		}
 	}
@@ -259,13 +264,13 @@ func Apply(ctx context.Context, cfg ApplyConfig) error {
 			return fmt.Errorf("step %d: building its state: %w", s.N, err)
 		}
 		a.log("step %d/%d: %s %s", s.N, len(a.steps), s.Kind, strings.Join(s.Nodes, " "))
-		if err := a.step(ctx, s, c, prev, tree); err != nil {
+		if err := a.step(ctx, s, prevC, c, prev, tree); err != nil {
 			if cfg.DryRun {
 				return err
 			}
 			return fmt.Errorf("step %d (%s %s) stopped: %w; what it did stays done: fix the cause and run kcompile apply --resume to go on from step %d", s.N, s.Kind, strings.Join(s.Nodes, " "), err, s.N)
 		}
-		prev = tree
+		prevC, prev = c, tree
 		if cfg.DryRun {
 			continue
 		}
@@ -300,8 +305,8 @@ func (a *applier) supported() error {
 			return fmt.Errorf("step %d (%s %s): kcompile apply cannot add or remove the machines of a cluster kcompile up runs yet; boot the new spec with kcompile up instead", s.N, s.Kind, strings.Join(s.Nodes, " "))
 		case s.Kind == "explicit":
 			return fmt.Errorf("step %d is a change a restart does not apply, which apply does not perform: %s", s.N, strings.Join(s.Actions, "; "))
-		case slices.Contains(s.Restarts, systemd.InstallUnit):
-			return fmt.Errorf("step %d (%s %s) changes the node's binaries, and up's machines hold the binaries of the release they were booted with (--binaries); boot the new release with kcompile up", s.N, s.Kind, strings.Join(s.Nodes, " "))
+		case slices.Contains(s.Restarts, systemd.InstallUnit) && a.cfg.Binaries == "":
+			return fmt.Errorf("step %d (%s %s) changes the node's binaries: give --binaries DIR, the programs of the new versions by name (as kcompile up's --binaries)", s.N, s.Kind, strings.Join(s.Nodes, " "))
 		}
 	}
 	return nil
@@ -391,7 +396,7 @@ func (a *applier) run(ctx context.Context, node string, args ...string) ([]byte,
 }
 
 // step performs one step.
-func (a *applier) step(ctx context.Context, s change.Step, c *ir.Cluster, prev, tree *targets.Tree) error {
+func (a *applier) step(ctx context.Context, s change.Step, prevC, c *ir.Cluster, prev, tree *targets.Tree) error {
 	if s.Kind == "addons" {
 		return a.addons(ctx, c, tree)
 	}
@@ -404,6 +409,23 @@ func (a *applier) step(ctx context.Context, s change.Step, c *ir.Cluster, prev, 
 			return fmt.Errorf("node %s is not in the step's state", name)
 		}
 	}
+	// The binaries whose versions the step changes, by node.
+	binaries := map[string][]ir.Binary{}
+	for _, name := range s.Nodes {
+		had := map[string]string{}
+		for _, n := range prevC.Nodes {
+			if n.Name == name {
+				for _, b := range n.Binaries {
+					had[b.Path] = b.Version
+				}
+			}
+		}
+		for _, b := range nodes[name].Binaries {
+			if v, ok := had[b.Path]; ok && v != b.Version && !b.OS {
+				binaries[name] = append(binaries[name], b)
+			}
+		}
+	}
 	if a.cfg.DryRun {
 		for _, name := range s.Nodes {
 			changed, removed, err := a.changes(ctx, nodes[name], c, prev, tree)
@@ -412,6 +434,9 @@ func (a *applier) step(ctx context.Context, s change.Step, c *ir.Cluster, prev, 
 			}
 			if s.Drain {
 				a.log("  would drain %s (within %s)", name, s.DrainTimeout)
+			}
+			for _, b := range binaries[name] {
+				a.log("  would lay %s on %s (%s)", b.Path, name, b.Version)
 			}
 			a.log("  would lay %d files on %s%s, then restart %s", len(changed), name, listed(changed, removed), strings.Join(s.Restarts, ", "))
 		}
@@ -451,10 +476,29 @@ func (a *applier) step(ctx context.Context, s change.Step, c *ir.Cluster, prev, 
 			}
 		}
 		a.log("  %s: laid %d files%s", name, len(changed), listed(changed, removed))
+		for _, b := range binaries[name] {
+			if err := copyInto(a.root(name), filepath.Join(a.cfg.Binaries, filepath.Base(b.Path)), b.Path); err != nil {
+				return fmt.Errorf("node %s: %v", name, err)
+			}
+			a.log("  %s: laid %s (%s)", name, b.Path, b.Version)
+		}
 		if _, err := a.run(ctx, name, "systemctl", "daemon-reload"); err != nil {
 			return err
 		}
 		for _, u := range s.Restarts {
+			if u == systemd.InstallUnit {
+				// Restarting the install unit would restart every unit
+				// that Requires= it: its command checks the binaries
+				// instead, as the unit would.
+				cmd, err := execStart(want[layout.Abs(layout.UnitDir+u)])
+				if err != nil {
+					return fmt.Errorf("node %s: %v", name, err)
+				}
+				if out, err := a.run(ctx, name, cmd...); err != nil {
+					return fmt.Errorf("node %s: the binaries do not check: %v: %s", name, err, out)
+				}
+				continue
+			}
 			if _, err := a.run(ctx, name, "systemctl", "restart", u); err != nil {
 				return err
 			}
@@ -481,6 +525,47 @@ func (a *applier) step(ctx context.Context, s change.Step, c *ir.Cluster, prev, 
 		}
 	}
 	return nil
+}
+
+// execStart is the command of a unit file with one ExecStart= and no
+// quoting, as the install unit's.
+func execStart(f targets.File) ([]string, error) {
+	for _, line := range strings.Split(string(f.Data), "\n") {
+		if cmd, ok := strings.CutPrefix(line, "ExecStart="); ok && !strings.ContainsAny(cmd, `"'\$`) {
+			return strings.Fields(cmd), nil
+		}
+	}
+	return nil, fmt.Errorf("%s has no plain ExecStart= line", f.Path)
+}
+
+// copyInto copies the program src into a machine's root at path, as
+// writeInto writes a file, mode 0755: a running program keeps its old
+// file until it is restarted.
+func copyInto(root, src, path string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	p := filepath.Join(root, path)
+	tmp, err := os.CreateTemp(filepath.Dir(p), writer.TempPrefix(p))
+	if err != nil {
+		return err
+	}
+	name := tmp.Name()
+	defer os.Remove(name)
+	if _, err := io.Copy(tmp, in); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Chmod(0o755); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(name, p)
 }
 
 // listed says which files, in a log line.
@@ -624,8 +709,19 @@ func (a *applier) cordon(ctx context.Context, node string, on bool) error {
 
 // drain cordons a node and evicts its pods through the Eviction API,
 // which refuses an eviction a PodDisruptionBudget forbids (429): those
-// are asked again until timeout. DaemonSet pods and static pods stay.
+// are asked again until timeout. DaemonSet pods and static pods stay. As
+// kubectl drain without --force, it refuses, before it cordons, a node
+// running a pod no controller would start again elsewhere.
 func (a *applier) drain(ctx context.Context, node string, timeout time.Duration) error {
+	var pods corev1.PodList
+	if err := a.kube.get(ctx, "/api/v1/pods?fieldSelector="+url.QueryEscape("spec.nodeName="+node), &pods); err != nil {
+		return err
+	}
+	for _, p := range pods.Items {
+		if !staysOnDrain(p) && len(p.OwnerReferences) == 0 {
+			return fmt.Errorf("draining %s: pod %s/%s has no controller, so an eviction would end it for good; delete it, or give it a controller, then --resume", node, p.Namespace, p.Name)
+		}
+	}
 	if err := a.cordon(ctx, node, true); err != nil {
 		return err
 	}

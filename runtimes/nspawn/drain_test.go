@@ -88,9 +88,22 @@ func TestDrain(t *testing.T) {
 	if !slices.Equal(patches, []string{`{"spec":{"unschedulable":true}}`, `{"spec":{"unschedulable":false}}`}) {
 		t.Errorf("patches %q", patches)
 	}
-	// A budget that never allows: the drain gives up at its timeout.
+	// A pod no controller would start again: refused before the cordon.
 	mu.Lock()
-	pods["web-1"] = corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web-1", Namespace: "default"}}
+	pods["lonely"] = corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "lonely", Namespace: "default"}}
+	patches, evictions = nil, nil
+	mu.Unlock()
+	if err := a.drain(t.Context(), "w1", 2*time.Second); err == nil || !strings.Contains(err.Error(), "pod default/lonely has no controller") {
+		t.Errorf("a drain of an unmanaged pod: %v", err)
+	}
+	mu.Lock()
+	if len(patches)+len(evictions) > 0 {
+		t.Errorf("the refused drain cordoned (%q) or evicted (%q)", patches, evictions)
+	}
+	// A budget that never allows: the drain gives up at its timeout.
+	delete(pods, "lonely")
+	pods["web-1"] = corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web-1", Namespace: "default",
+		OwnerReferences: []metav1.OwnerReference{{Kind: "ReplicaSet", Name: "web-x"}}}}
 	refusals = 1 << 30
 	mu.Unlock()
 	err := a.drain(t.Context(), "w1", 2*time.Second)

@@ -152,7 +152,8 @@ func everyModule() kernelFacts {
 // everyFact is a host that needs every adjustment.
 func everyFact() hostFacts {
 	return hostFacts{cgroupV1: true, noSysResource: true, kernel: everyModule(),
-		cgroups: []cgroupMount{{dir: "/sys/fs/cgroup/unified"}, {dir: "/sys/fs/cgroup/cpuset", cpuset: true}}}
+		cgroups:   []cgroupMount{{dir: "/sys/fs/cgroup/unified"}, {dir: "/sys/fs/cgroup/cpuset", cpuset: true}},
+		conntrack: conntrackFacts{max: 1 << 18, hashsize: 1 << 18, cpus: 2}}
 }
 
 // upFiles are the files up writes into node's machine on a host that
@@ -408,13 +409,30 @@ func TestReadmeListsEveryAdjustment(t *testing.T) {
 			applied[x.Name] = true
 		}
 	}
+	// And what a kube-proxy before 1.37 needs besides.
+	old := *c
+	old.Kubernetes.KubeProxy = "1.36.3"
+	old.Nodes = slices.Clone(c.Nodes)
+	for i := range old.Nodes {
+		old.Nodes[i].KubeProxyVersion = "1.36.3"
+	}
+	a, err := decide(&old, p, everyFact(), pipeline.Systemd, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range a.list {
+		applied[x.Name] = true
+	}
+	if !applied["conntrack-max-file"] || !strings.Contains(a.init, "net/netfilter/nf_conntrack_max") {
+		t.Errorf("a 1.36 kube-proxy without its conntrack file: %v", a.list)
+	}
 	// And what a cilium cluster needs besides.
 	cilium := compileDir(t, fixture.Path("runtimes/nspawn/testdata/cilium"), nil)
 	cp, err := newPlan(cilium, "/w")
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := decide(cilium, cp, everyFact(), pipeline.Systemd, "")
+	a, err = decide(cilium, cp, everyFact(), pipeline.Systemd, "")
 	if err != nil {
 		t.Fatal(err)
 	}
