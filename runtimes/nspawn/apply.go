@@ -728,12 +728,19 @@ func (a *applier) drain(ctx context.Context, node string, timeout time.Duration)
 	a.log("  %s: cordoned", node)
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	left := -1
+	timedOut := func() error {
+		return fmt.Errorf("draining %s: %d pods still on it after %s (a PodDisruptionBudget refuses their eviction, or they do not end)", node, left, timeout)
+	}
 	for {
 		var pods corev1.PodList
 		if err := a.kube.get(ctx, "/api/v1/pods?fieldSelector="+url.QueryEscape("spec.nodeName="+node), &pods); err != nil {
+			if ctx.Err() != nil && left >= 0 {
+				return timedOut()
+			}
 			return err
 		}
-		left := 0
+		left = 0
 		for _, p := range pods.Items {
 			if staysOnDrain(p) {
 				continue
@@ -745,6 +752,9 @@ func (a *applier) drain(ctx context.Context, node string, timeout time.Duration)
 			_, err := a.kube.do(ctx, http.MethodPost, path.Join("/api/v1/namespaces", p.Namespace, "pods", p.Name, "eviction"), "application/json", body)
 			var ae *apiError
 			if err != nil && !(errors.As(err, &ae) && (ae.code == http.StatusTooManyRequests || ae.code == http.StatusNotFound)) {
+				if ctx.Err() != nil {
+					return timedOut()
+				}
 				return fmt.Errorf("evicting %s/%s: %v", p.Namespace, p.Name, err)
 			}
 		}
@@ -754,7 +764,7 @@ func (a *applier) drain(ctx context.Context, node string, timeout time.Duration)
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("draining %s: %d pods still on it after %s (a PodDisruptionBudget refuses their eviction, or they do not end)", node, left, timeout)
+			return timedOut()
 		case <-time.After(time.Second):
 		}
 	}

@@ -13,7 +13,9 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 
 	"github.com/kcompile/kcompile/compare"
 	"github.com/kcompile/kcompile/compiler"
@@ -322,96 +324,203 @@ func TestUpApply(t *testing.T) {
 	}
 }
 
-// TestUpApplyVersion upgrades a running cluster from Kubernetes 1.36 to
-// 1.37 with apply: the API server first, then the controllers, then each
-// node's kubelet and kube-proxy, each worker drained first (a new kubelet
-// minor). After every step no kubelet is newer than the API server; the
-// steps lay the new programs and check them as the install unit does,
-// restarting nothing else (etcd and containerd keep running); at the end
-// every component runs 1.37.2 and the nodes' files are the new build.
-func TestUpApplyVersion(t *testing.T) {
-	dir := fixture.Path("runtimes/nspawn/testdata/three-nodes")
+// steady asks the API through the endpoint every 100 ms (a read of the
+// default namespace, with a 2 s timeout) and samples a Deployment and its
+// PodDisruptionBudget, until stopped.
+type steady struct {
+	mu       sync.Mutex
+	ok, fail int
+	errs     []string
+	last     time.Time
+	longest  time.Duration
+	// unavailable are the samples in which the Deployment had no
+	// available replica or the budget's healthy pods were below its
+	// minimum.
+	unavailable []string
+	cancel      context.CancelFunc
+	done        chan struct{}
+}
+
+func startSteady(ctx context.Context, k *kube, deployment, budget string) *steady {
+	ctx, cancel := context.WithCancel(ctx)
+	s := &steady{cancel: cancel, done: make(chan struct{}), last: time.Now()}
+	go func() {
+		defer close(s.done)
+		for i := 0; ctx.Err() == nil; i++ {
+			rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			var ns corev1.Namespace
+			err := k.get(rctx, "/api/v1/namespaces/default", &ns)
+			cancel()
+			now := time.Now()
+			s.mu.Lock()
+			if err == nil {
+				s.ok++
+				s.longest = max(s.longest, now.Sub(s.last))
+				s.last = now
+			} else if ctx.Err() == nil {
+				s.fail++
+				s.errs = append(s.errs, now.Format("15:04:05.000")+" "+err.Error())
+			}
+			s.mu.Unlock()
+			if err == nil && i%5 == 0 {
+				var d appsv1.Deployment
+				var pdb policyv1.PodDisruptionBudget
+				rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+				errD := k.get(rctx, "/apis/apps/v1/namespaces/default/deployments/"+deployment, &d)
+				errP := k.get(rctx, "/apis/policy/v1/namespaces/default/poddisruptionbudgets/"+budget, &pdb)
+				cancel()
+				if errD == nil && errP == nil && (d.Status.AvailableReplicas < 1 || pdb.Status.CurrentHealthy < pdb.Status.DesiredHealthy) {
+					s.mu.Lock()
+					s.unavailable = append(s.unavailable, fmt.Sprintf("%s: %d available, %d healthy of %d desired",
+						now.Format("15:04:05.000"), d.Status.AvailableReplicas, pdb.Status.CurrentHealthy, pdb.Status.DesiredHealthy))
+					s.mu.Unlock()
+				}
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}()
+	return s
+}
+
+func (s *steady) stop() {
+	s.cancel()
+	<-s.done
+}
+
+// workloadHA is a Deployment of two echo replicas that may run on the
+// control-plane nodes too, a PodDisruptionBudget keeping one, and a
+// Service.
+const workloadHA = `apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: default}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      terminationGracePeriodSeconds: 5
+      tolerations: [{key: node-role.kubernetes.io/control-plane, operator: Exists, effect: NoSchedule}]
+      topologySpreadConstraints: [{maxSkew: 1, topologyKey: kubernetes.io/hostname, whenUnsatisfiable: ScheduleAnyway, labelSelector: {matchLabels: {app: web}}}]
+      containers:
+      - name: echo
+        image: registry.kcompile.test/echo:v1
+        ports: [{containerPort: 8080}]
+        readinessProbe: {httpGet: {path: /, port: 8080}, periodSeconds: 1}
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {name: web, namespace: default}
+spec:
+  minAvailable: 1
+  selector: {matchLabels: {app: web}}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: default}
+spec:
+  selector: {app: web}
+  ports: [{port: 80, targetPort: 8080}]
+`
+
+// TestUpApplyVersionHA upgrades the highly available cluster (three
+// control-plane nodes holding the endpoint's VIP, one worker) from
+// Kubernetes 1.36 to 1.37 with apply, while a client asks the API
+// through the VIP every 100 ms and a Deployment behind a
+// PodDisruptionBudget serves: the API servers one at a time, then the
+// controllers, then each node drained first. It reports the failed
+// requests and the longest wait between two answers, and checks that the
+// budget always held, that no kubelet was ever newer than an API server
+// after a step, that etcd and containerd never restarted, and that every
+// component runs 1.37.2 at the end, the nodes' files the new build.
+func TestUpApplyVersionHA(t *testing.T) {
+	dir := fixture.Path("runtimes/nspawn/testdata/vip")
 	oldDir := specDir(t, dir, [][2]string{{`kubernetes: version: "1.37.2"`, `kubernetes: version: "1.36.3"`}}, nil)
 	e := bootForApply(t, oldDir, ".bin/node-1.36")
 	k := admin(t, e.c)
 	ctx := context.Background()
-	p := e.plan(dir)
-	want := []string{
-		"api server [cp1] [kcompile-install.service kube-apiserver.service]",
-		"controllers [cp1] [kcompile-install.service kube-controller-manager.service kube-scheduler.service]",
-		"node [cp1] [kcompile-install.service kube-proxy.service kubelet.service]",
-		"workers [w1] [kcompile-install.service kube-proxy.service kubelet.service]",
-		"workers [w2] [kcompile-install.service kube-proxy.service kubelet.service]",
+	if _, err := k.apply(ctx, "web", []byte(workloadHA)); err != nil {
+		t.Fatal(err)
 	}
-	if got := steps(p); !slices.Equal(got, want) {
-		t.Fatalf("plan %q, want %q", got, want)
-	}
-	watched := map[string][]string{"cp1": {"etcd.service", "containerd.service"}, "w1": {"containerd.service"}, "w2": {"containerd.service"}}
-	start := e.invocations(watched)
-	// After each step: no kubelet newer than the API server.
-	var skew []string
-	checkSkew := func(step string) {
-		var v struct {
-			GitVersion string `json:"gitVersion"`
+	eventually(t, 2*time.Minute, "web's two replicas available", func() error {
+		var d appsv1.Deployment
+		if err := k.get(ctx, "/apis/apps/v1/namespaces/default/deployments/web", &d); err != nil {
+			return err
 		}
-		if err := k.get(ctx, "/version", &v); err != nil {
-			skew = append(skew, step+": "+err.Error())
+		if d.Status.AvailableReplicas < 2 {
+			return fmt.Errorf("%d available", d.Status.AvailableReplicas)
+		}
+		return nil
+	})
+	p := e.plan(dir)
+	var kinds []string
+	for _, s := range steps(p) {
+		kinds = append(kinds, strings.SplitN(s, " [", 2)[0]+" "+strings.SplitN(strings.SplitN(s, "[", 2)[1], "]", 2)[0])
+	}
+	want := []string{"api server cp1", "api server cp2", "api server cp3", "controllers cp1", "controllers cp2", "controllers cp3", "node cp1", "node cp2", "node cp3", "workers w1"}
+	if !slices.Equal(kinds, want) {
+		t.Fatalf("plan %q, want %q", kinds, want)
+	}
+	watched := map[string][]string{"w1": {"containerd.service"}}
+	for _, n := range []string{"cp1", "cp2", "cp3"} {
+		watched[n] = []string{"etcd.service", "containerd.service", "keepalived.service"}
+	}
+	start := e.invocations(watched)
+	var skew []string
+	log := &stopAt{each: func(line string) {
+		if !strings.HasPrefix(line, "step ") || !strings.HasSuffix(line, " done") {
 			return
 		}
 		var nodes corev1.NodeList
 		if err := k.get(ctx, "/api/v1/nodes", &nodes); err != nil {
-			skew = append(skew, step+": "+err.Error())
+			skew = append(skew, line+": "+err.Error())
 			return
 		}
-		for _, n := range nodes.Items {
-			if kv := n.Status.NodeInfo.KubeletVersion; kv > v.GitVersion {
-				skew = append(skew, fmt.Sprintf("%s: %s's kubelet %s is newer than the API server %s", step, n.Name, kv, v.GitVersion))
+		oldest := "v9"
+		for _, n := range []string{"cp1", "cp2", "cp3"} {
+			out, err := e.c.Exec(ctx, n, "sh", "-c", "readlink /proc/$(systemctl show -p MainPID --value kube-apiserver.service)/exe >/dev/null && /usr/local/bin/kube-apiserver --version")
+			if v := strings.TrimPrefix(strings.TrimSpace(string(out)), "Kubernetes "); err == nil && v < oldest {
+				oldest = v
 			}
 		}
-	}
-	log := &stopAt{}
-	log.each = func(line string) {
-		if strings.HasSuffix(line, " done") && strings.HasPrefix(line, "step ") {
-			checkSkew(line)
+		for _, n := range nodes.Items {
+			if kv := n.Status.NodeInfo.KubeletVersion; kv > oldest {
+				skew = append(skew, fmt.Sprintf("%s: %s's kubelet %s is newer than an API server (%s)", line, n.Name, kv, oldest))
+			}
 		}
+	}}
+	client := startSteady(ctx, k, "web", "web")
+	begin := time.Now()
+	err := e.apply(ctx, p, dir, log, ".bin/node", false, false)
+	client.stop()
+	t.Logf("apply took %s:\n%s", time.Since(begin).Round(time.Second), log)
+	t.Logf("API through the VIP: %d answered, %d failed, longest wait %s; failures: %q", client.ok, client.fail, client.longest.Round(10*time.Millisecond), client.errs)
+	if err != nil {
+		t.Fatalf("apply: %v", err)
 	}
-	if err := e.apply(ctx, p, dir, log, ".bin/node", false, false); err != nil {
-		t.Fatalf("apply: %v\n%s", err, log)
-	}
-	t.Logf("apply:\n%s", log)
 	if len(skew) > 0 {
-		t.Errorf("version skew between steps: %q", skew)
+		t.Errorf("version skew after a step: %q", skew)
 	}
-	for _, line := range []string{"w1: drained", "w1: laid /usr/local/bin/kubelet (Kubernetes v1.37.2)", "gate: kube-apiserver of cp1 ready", "w2: uncordoned"} {
-		if !strings.Contains(log.String(), line) {
-			t.Errorf("apply does not say %q", line)
-		}
+	if len(client.unavailable) > 0 {
+		t.Errorf("the Deployment's budget did not hold: %q", client.unavailable)
+	}
+	// An API server's own restart may lose what is in flight to it when
+	// it stops (one request of this client at a time: at most one per
+	// restart); nothing else may fail, and the endpoint never goes
+	// silent for more than 2 s.
+	if client.fail > 3 || client.longest > 2*time.Second {
+		t.Errorf("the API through the VIP: %d failed requests, longest wait %s", client.fail, client.longest)
 	}
 	if r := restarted(start, e.invocations(watched)); len(r) > 0 {
 		t.Errorf("apply restarted %v, which no step names", r)
 	}
-	var v struct {
-		GitVersion string `json:"gitVersion"`
+	programs := map[string][]string{"w1": {"kubelet", "kube-proxy"}}
+	for _, n := range []string{"cp1", "cp2", "cp3"} {
+		programs[n] = []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy"}
 	}
-	if err := k.get(ctx, "/version", &v); err != nil || v.GitVersion != "v1.37.2" {
-		t.Errorf("the API server is %s (%v)", v.GitVersion, err)
-	}
-	eventually(t, time.Minute, "every node at 1.37.2", func() error {
-		var nodes corev1.NodeList
-		if err := k.get(ctx, "/api/v1/nodes", &nodes); err != nil {
-			return err
-		}
-		for _, n := range nodes.Items {
-			if info := n.Status.NodeInfo; info.KubeletVersion != "v1.37.2" || !nodeReady(n) {
-				return fmt.Errorf("%s: kubelet %s, Ready %v", n.Name, info.KubeletVersion, nodeReady(n))
-			}
-		}
-		return nil
-	})
-	// Every component runs the new program: the file its process runs
-	// is the one in place (not a replaced, deleted one), and reports
-	// 1.37.2.
-	programs := map[string][]string{"cp1": {"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy"}, "w1": {"kubelet", "kube-proxy"}, "w2": {"kubelet", "kube-proxy"}}
 	for n, progs := range programs {
 		for _, prog := range progs {
 			out, err := e.c.Exec(ctx, n, "sh", "-c", "p=$(systemctl show -p MainPID --value "+prog+".service) && readlink /proc/$p/exe && /usr/local/bin/"+prog+" --version")

@@ -362,7 +362,7 @@ func runWorkload(t testing.TB, k *kube, nodes []string) map[string]corev1.Pod {
 				ready = ready || c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue
 			}
 			if !ready {
-				return fmt.Errorf("pod echo-%s is %s", n, p.Status.Phase)
+				return fmt.Errorf("pod echo-%s is %s (%s: %s)", n, p.Status.Phase, p.Status.Reason, p.Status.Message)
 			}
 			pods[n] = p
 		}

@@ -204,3 +204,20 @@ func TestParseListening(t *testing.T) {
 		t.Errorf("parsed %+v, want 127.0.0.1:8080 (inode 12345) alone", got)
 	}
 }
+
+// TestDiskWhy: a host disk under the kubelets' image threshold is
+// refused, one near it warned of, naming the share and the threshold.
+func TestDiskWhy(t *testing.T) {
+	const gib = 1 << 30
+	if w, r := diskWhy(100*gib, 200*gib, "/w"); w != "" || r != "" {
+		t.Errorf("half free: %q %q", w, r)
+	}
+	w, r := diskWhy(35*gib, 200*gib, "/w")
+	if r != "" || !strings.Contains(w, "/w, which has 17.5% free (35.0 GiB of 200.0 GiB): the kubelets evict pods once it has under 15%") {
+		t.Errorf("17.5%% free: %q %q", w, r)
+	}
+	w, r = diskWhy(20*gib, 200*gib, "/w")
+	if w != "" || !strings.Contains(r, "10.0% free") || !strings.Contains(r, "every pod would be evicted") {
+		t.Errorf("10%% free: %q %q", w, r)
+	}
+}

@@ -26,6 +26,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/kcompile/kcompile/compiler/ir"
@@ -427,6 +428,16 @@ func (c *Cluster) preflight(ctx context.Context, h preflight) error {
 	if err != nil {
 		return fmt.Errorf("reading the host: %w", err)
 	}
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(c.cfg.Work, &st); err != nil {
+		return fmt.Errorf("reading the host: %w", err)
+	}
+	switch warn, refuse := diskWhy(st.Bavail*uint64(st.Bsize), st.Blocks*uint64(st.Bsize), c.cfg.Work); {
+	case refuse != "":
+		f.errors = append(f.errors, refuse)
+	case warn != "":
+		f.warnings = append(f.warnings, warn)
+	}
 	for _, w := range f.warnings {
 		c.logf("warning: %s", w)
 	}
@@ -434,6 +445,34 @@ func (c *Cluster) preflight(ctx context.Context, h preflight) error {
 		return fmt.Errorf("the host is not ready for this cluster; nothing was made:\n  %s", strings.Join(f.errors, "\n  "))
 	}
 	return nil
+}
+
+// The kubelet's default hard eviction thresholds on the disks of its
+// images and of its pods: a node whose disk has less free evicts pods.
+const (
+	imagefsAvailable = 15
+	nodefsAvailable  = 10
+)
+
+// diskWhy judges the file system of the work directory dir, free bytes
+// of total: every machine's disks are on it (their roots' upper layers
+// and containerd's directories), so the kubelets judge it by their
+// eviction thresholds. Below the image threshold up refuses (the pods
+// would be evicted at once); within 5 points of it, it warns.
+func diskWhy(free, total uint64, dir string) (warn, refuse string) {
+	if total == 0 {
+		return "", ""
+	}
+	share := float64(free) * 100 / float64(total)
+	what := fmt.Sprintf("the machines' disks are on the file system of %s, which has %.1f%% free (%.1f GiB of %.1f GiB): the kubelets evict pods once it has under %d%% (their imagefs.available threshold; nodefs.available is %d%%)",
+		dir, share, float64(free)/(1<<30), float64(total)/(1<<30), imagefsAvailable, nodefsAvailable)
+	switch {
+	case share < imagefsAvailable:
+		return "", what + ", so every pod would be evicted: free space on it, or choose a --work on another file system"
+	case share < imagefsAvailable+5:
+		return what + ", and the cluster's images and pods take it nearer: free space on it if pods are evicted with DiskPressure", ""
+	}
+	return "", ""
 }
 
 // takeOver deals with the journal an earlier up of the work directory
