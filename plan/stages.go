@@ -364,7 +364,7 @@ func (b *builder) roll(st *Stage, target func(ir.Node) versions, diff, etcd bool
 		v.APIServer = t.APIServer
 		w.ver[id] = v
 		if err := b.step(st, Step{Kind: "api server", Nodes: []string{n.Name}, Restarts: withInstall(has(n, unitInstall), unitAPIServer), Rule: rule("api-servers-first"),
-			Actions: []string{fmt.Sprintf("lay %s's files and restart %s (kube-apiserver %s)", n.Name, strings.Join(withInstall(has(n, unitInstall), unitAPIServer), ", "), t.APIServer)},
+			Actions: []string{fmt.Sprintf("lay %s's files and %s (kube-apiserver %s)", n.Name, restartText(withInstall(has(n, unitInstall), unitAPIServer)), t.APIServer)},
 			Gates:   []string{"kube-apiserver of " + n.Name + " answers /readyz"}}); err != nil {
 			return err
 		}
@@ -492,12 +492,22 @@ func withInstall(install bool, units ...string) []string {
 	return units
 }
 
+// restartText says how units are restarted. The install unit is not
+// restarted but its command run: every component Requires= it, so a
+// restart of it would restart them all.
+func restartText(units []string) string {
+	if len(units) > 0 && units[0] == unitInstall {
+		return "run " + unitInstall + "'s command (which checks the new programs; restarting the unit would restart every component that requires it), then restart " + strings.Join(units[1:], ", ")
+	}
+	return "restart " + strings.Join(units, ", ")
+}
+
 func nodeActions(s Step, names string) []string {
 	var out []string
 	if s.Drain {
 		out = append(out, drainAction(names))
 	}
-	out = append(out, "lay the files of "+names+" and restart "+strings.Join(s.Restarts, ", "))
+	out = append(out, "lay the files of "+names+" and "+restartText(s.Restarts))
 	if s.Drain {
 		out = append(out, "kubectl uncordon "+names)
 	}
