@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"crypto/rand"
-	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -15,7 +14,6 @@ import (
 	"github.com/kcompile/kcompile/compiler"
 	"github.com/kcompile/kcompile/compiler/ir"
 	"github.com/kcompile/kcompile/pipeline"
-	"github.com/kcompile/kcompile/plan"
 	"github.com/kcompile/kcompile/runtimes/nspawn"
 	"github.com/kcompile/kcompile/targets"
 )
@@ -54,16 +52,8 @@ func (c *applyCmd) Run(e *env) error {
 	specDir := filepath.Join(work, nspawn.SpecDir)
 	p, err := compare.Plan(compare.Input{Args: []string{specDir, c.Dir}, Secrets: c.Secrets, Policies: c.Policy, Profile: c.Profile,
 		Bound: e.bound, Now: e.now, Rand: rand.Reader, Cwd: e.cwd, Stage: e.progress.stage}, via)
-	var problems *compare.Problems
-	if errors.As(err, &problems) {
-		return printDiagnostics(e, problems.Diagnostics, problems.Msg)
-	}
-	var refused *plan.Refusal
-	if errors.As(err, &refused) {
-		return statusError{code: exitProblems, msg: "plan refused, nothing applied: " + refused.Error()}
-	}
 	if err != nil {
-		return statusError{code: exitUsage, msg: err.Error()}
+		return planError(e, err, "plan refused, nothing applied: ")
 	}
 	b, diags, err := loadBundle(c.Secrets)
 	if err != nil {

@@ -26,6 +26,23 @@ type planCmd struct {
 
 var viaVersion = regexp.MustCompile(`^1\.([0-9]+)\.[0-9]+$`)
 
+// planError is how plan and apply end on compare.Plan's error: a side's
+// diagnostics printed, a refusal (prefixed by refused) or any other
+// error.
+func planError(e *env, err error, refused string) error {
+	var problems *compare.Problems
+	if errors.As(err, &problems) {
+		return printDiagnostics(e, problems.Diagnostics, problems.Msg)
+	}
+	var r *plan.Refusal
+	if errors.As(err, &r) {
+		// A state's diagnostics name spec paths: the state is in memory,
+		// its file positions would point nowhere.
+		return statusError{code: exitProblems, msg: refused + r.Error()}
+	}
+	return statusError{code: exitUsage, msg: err.Error()}
+}
+
 // parseVia reads --via: the release of each minor, by minor.
 func parseVia(releases []string) (map[int]string, error) {
 	via := map[int]string{}
@@ -52,18 +69,8 @@ func (c *planCmd) Run(e *env) error {
 	}
 	p, err := compare.Plan(compare.Input{Args: c.Args, Git: c.Git, Secrets: c.Secrets, Policies: c.Policy, Profile: c.Profile,
 		Bound: e.bound, Now: e.now, Rand: rand.Reader, Cwd: e.cwd, Stage: e.progress.stage}, via)
-	var problems *compare.Problems
-	if errors.As(err, &problems) {
-		return printDiagnostics(e, problems.Diagnostics, problems.Msg)
-	}
-	var refused *plan.Refusal
-	if errors.As(err, &refused) {
-		// A state's diagnostics name spec paths: the state is in memory,
-		// its file positions would point nowhere.
-		return statusError{code: exitProblems, msg: "plan refused: " + refused.Error()}
-	}
 	if err != nil {
-		return statusError{code: exitUsage, msg: err.Error()}
+		return planError(e, err, "plan refused: ")
 	}
 	switch c.Output {
 	case "json":

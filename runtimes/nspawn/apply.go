@@ -315,7 +315,7 @@ func (a *applier) supported() error {
 // verify holds the running nodes' files to the running spec's build.
 func (a *applier) verify(ctx context.Context) error {
 	for _, n := range a.cfg.Old.Nodes {
-		changed, _, err := a.changes(ctx, n, a.cfg.Old, a.cfg.OldTree, a.cfg.OldTree)
+		_, changed, _, err := a.changes(ctx, n, a.cfg.Old, a.cfg.OldTree, a.cfg.OldTree)
 		if err != nil {
 			return err
 		}
@@ -356,20 +356,19 @@ func (a *applier) nodeFiles(c *ir.Cluster, tree *targets.Tree, name string) (map
 // changes are the files node n must be given to be as tree builds it
 // (prev is the tree it was built from before, whose files tree no longer
 // has are removed), read against the machine's own.
-func (a *applier) changes(ctx context.Context, n ir.Node, c *ir.Cluster, prev, tree *targets.Tree) (changed, removed []string, err error) {
-	want, err := a.nodeFiles(c, tree, n.Name)
-	if err != nil {
-		return nil, nil, err
+func (a *applier) changes(ctx context.Context, n ir.Node, c *ir.Cluster, prev, tree *targets.Tree) (want map[string]targets.File, changed, removed []string, err error) {
+	if want, err = a.nodeFiles(c, tree, n.Name); err != nil {
+		return nil, nil, nil, err
 	}
 	had, err := a.nodeFiles(c, prev, n.Name)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	root := a.root(n.Name)
 	for _, p := range slices.Sorted(maps.Keys(want)) {
 		data, err := os.ReadFile(filepath.Join(root, p))
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		if err != nil || !bytes.Equal(data, want[p].Data) {
 			changed = append(changed, p)
@@ -382,7 +381,7 @@ func (a *applier) changes(ctx context.Context, n ir.Node, c *ir.Cluster, prev, t
 			}
 		}
 	}
-	return changed, removed, ctx.Err()
+	return want, changed, removed, ctx.Err()
 }
 
 // root is the machine's root seen from the host: its init's.
@@ -428,7 +427,7 @@ func (a *applier) step(ctx context.Context, s change.Step, prevC, c *ir.Cluster,
 	}
 	if a.cfg.DryRun {
 		for _, name := range s.Nodes {
-			changed, removed, err := a.changes(ctx, nodes[name], c, prev, tree)
+			_, changed, removed, err := a.changes(ctx, nodes[name], c, prev, tree)
 			if err != nil {
 				return err
 			}
@@ -457,11 +456,7 @@ func (a *applier) step(ctx context.Context, s change.Step, prevC, c *ir.Cluster,
 	// the new kubelet's.
 	restarted := map[string]time.Time{}
 	for _, name := range s.Nodes {
-		changed, removed, err := a.changes(ctx, nodes[name], c, prev, tree)
-		if err != nil {
-			return err
-		}
-		want, err := a.nodeFiles(c, tree, name)
+		want, changed, removed, err := a.changes(ctx, nodes[name], c, prev, tree)
 		if err != nil {
 			return err
 		}
@@ -789,19 +784,12 @@ func staysOnDrain(p corev1.Pod) bool {
 // addons applies the addon manifests of tree (up's copies where its
 // overrides change them) and waits until they roll out.
 func (a *applier) addons(ctx context.Context, c *ir.Cluster, tree *targets.Tree) error {
-	copies, err := systemd.UpAddons(c, a.cfg.Running.Overrides)
+	manifests, err := addonManifests(c, tree, a.cfg.Running.Overrides)
 	if err != nil {
 		return err
 	}
-	for _, f := range tree.Files() {
-		rel, ok := strings.CutPrefix(f.Path, layout.ClusterTree("addons/"))
-		if !ok {
-			continue
-		}
-		data, copied := copies[f.Path]
-		if !copied {
-			data = f.Data
-		}
+	for _, m := range manifests {
+		rel, data := m.name, m.data
 		if a.cfg.DryRun {
 			a.log("  would apply %s", rel)
 			continue

@@ -983,20 +983,12 @@ func (c *Cluster) waitReady(ctx context.Context) error {
 	if err := c.awaitRegistry(ctx); err != nil {
 		return err
 	}
-	// up's copies of the manifests its adjustments change.
-	copies, err := systemd.UpAddons(c.cfg.Cluster, c.adjust.overrides)
+	manifests, err := addonManifests(c.cfg.Cluster, tree, c.adjust.overrides)
 	if err != nil {
 		return err
 	}
-	for _, f := range tree.Files() {
-		rel, ok := strings.CutPrefix(f.Path, layout.ClusterTree("addons/"))
-		if !ok {
-			continue
-		}
-		data, copied := copies[f.Path]
-		if !copied {
-			data = f.Data
-		}
+	for _, m := range manifests {
+		rel, data := m.name, m.data
 		var n int
 		if err := poll("addons", func() (bool, string) {
 			var err error
@@ -1129,6 +1121,35 @@ func etcdClientOf(cl *ir.Cluster, tree *targets.Tree) (*etcdHealth, error) {
 		return &etcdHealth{http: &http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}}}}, nil
 	}
 	return nil, errors.New("no control-plane node")
+}
+
+// addonManifest is one file of the cluster tree's addons, by its name
+// there, as up applies it.
+type addonManifest struct {
+	name string
+	data []byte
+}
+
+// addonManifests are the addon files of tree in order, up's copies
+// (systemd.UpAddons) in place of those its overrides change.
+func addonManifests(c *ir.Cluster, tree *targets.Tree, o systemd.UpOverrides) ([]addonManifest, error) {
+	copies, err := systemd.UpAddons(c, o)
+	if err != nil {
+		return nil, err
+	}
+	var out []addonManifest
+	for _, f := range tree.Files() {
+		name, ok := strings.CutPrefix(f.Path, layout.ClusterTree("addons/"))
+		if !ok {
+			continue
+		}
+		data, copied := copies[f.Path]
+		if !copied {
+			data = f.Data
+		}
+		out = append(out, addonManifest{name: name, data: data})
+	}
+	return out, nil
 }
 
 // Exec runs a command inside a node's machine.
