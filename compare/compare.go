@@ -17,10 +17,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kcompile/kcompile/compiler"
 	"github.com/kcompile/kcompile/compiler/diag"
 	"github.com/kcompile/kcompile/compiler/ir"
 	"github.com/kcompile/kcompile/compiler/pki"
 	"github.com/kcompile/kcompile/pipeline"
+	"github.com/kcompile/kcompile/plan"
 	"github.com/kcompile/kcompile/review"
 )
 
@@ -141,7 +143,7 @@ func Run(in Input) (*review.Report, error) {
 				}
 			}
 		}
-		return in.compare(sides[0].Side, sides[1].Side), nil
+		return in.withPlan(in.compare(sides[0].Side, sides[1].Side), sides), nil
 	}
 	if len(in.Args) != 2 {
 		return nil, errors.New(in.command() + " takes BASE HEAD (two spec directories), --git REV1..REV2 [DIR] or --golden GOLDEN OUT")
@@ -161,7 +163,53 @@ func Run(in Input) (*review.Report, error) {
 			}
 		}
 	}
-	return in.compare(sides[0].Side, sides[1].Side), nil
+	return in.withPlan(in.compare(sides[0].Side, sides[1].Side), sides), nil
+}
+
+// withPlan gives diff's etcd membership step the plan's actions: the
+// members added and removed one at a time, each started with the
+// membership of its own step, in the order kcompile plan takes them
+// (plan.Make, without checking each state). Where the plan refuses the
+// change, the step says why.
+func (in Input) withPlan(r *review.Report, sides [2]compiled) *review.Report {
+	if in.command() != "diff" {
+		return r
+	}
+	i := slices.IndexFunc(r.Steps, func(s review.Step) bool { return s.Kind == review.StepEtcdMembership })
+	if i < 0 {
+		return r
+	}
+	var ends [2]plan.Side
+	for j, c := range sides {
+		data, diags := compiler.Concrete(compiler.Source{Dir: c.Dir, Bound: in.Bound})
+		if diags.HasErrors() {
+			return r
+		}
+		ends[j] = plan.Side{Label: c.Label, Cluster: c.Cluster, Data: data}
+	}
+	step := &r.Steps[i]
+	p, err := plan.Make(plan.Input{Old: ends[0], New: ends[1], Report: r})
+	if err != nil {
+		step.Actions = append(step.Actions, "kcompile plan refuses this change: "+err.Error())
+		return r
+	}
+	var actions []string
+	for _, st := range p.Stages {
+		for _, s := range st.Steps {
+			if !slices.Contains(s.Tolerate, compiler.CodeEtcdEven) && s.Kind != "etcd" && s.Kind != "api server" {
+				continue
+			}
+			actions = append(actions, fmt.Sprintf("step %d, %s %s: %s", s.N, s.Kind, strings.Join(s.Nodes, " "), strings.Join(s.Actions, "; ")))
+		}
+	}
+	if len(actions) == 0 {
+		return r
+	}
+	if len(actions) < p.Steps() {
+		actions = append(actions, fmt.Sprintf("the other %d steps as kcompile plan %s %s orders them", p.Steps()-len(actions), sides[0].Label, sides[1].Label))
+	}
+	step.Actions = actions
+	return r
 }
 
 // compiled is one side of a comparison: what review compares, and the
@@ -170,6 +218,8 @@ type compiled struct {
 	review.Side
 	Cluster *ir.Cluster
 	Dir     string
+	// bundle is the secrets bundle both sides were built with.
+	bundle *pki.Bundle
 }
 
 func (in Input) compare(a, b review.Side) *review.Report {
@@ -221,7 +271,7 @@ func (in Input) side(b *pki.Bundle, dir, label string, at func(diag.List) diag.L
 		c.Waivers = append(c.Waivers, review.Waiver{ID: w.ID, Reason: w.Reason, Positions: w.Positions, Waives: w.Waives})
 	}
 	side, err := review.SideOf(label, c, at)
-	return compiled{Side: side, Cluster: out.Cluster, Dir: dir}, err
+	return compiled{Side: side, Cluster: out.Cluster, Dir: dir, bundle: b}, err
 }
 
 // underName rewrites the positions of diagnostics in the directory dir

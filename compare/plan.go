@@ -9,6 +9,7 @@ import (
 	"github.com/kcompile/kcompile/compiler/diag"
 	"github.com/kcompile/kcompile/pipeline"
 	"github.com/kcompile/kcompile/plan"
+	"github.com/kcompile/kcompile/review"
 )
 
 // Plan orders the change from the first side to the second
@@ -22,7 +23,11 @@ func Plan(in Input, via map[int]string) (*plan.Plan, error) {
 	in.Command = "plan"
 	in.Targets = []pipeline.Target{pipeline.Systemd}
 	var sides [2]plan.Side
+	var head compiled
 	in.then = func(i int, c compiled) error {
+		if i == 1 {
+			head = c
+		}
 		data, diags := compiler.Concrete(compiler.Source{Dir: c.Dir, Bound: in.Bound})
 		if diags.HasErrors() {
 			return &Problems{Diagnostics: diags, Msg: c.Label + ": the spec does not evaluate to data"}
@@ -60,5 +65,33 @@ func Plan(in Input, via map[int]string) (*plan.Plan, error) {
 		checked[string(key)] = diags
 		return diags
 	}
-	return plan.Make(plan.Input{Old: sides[0], New: sides[1], Report: r, Via: via, Check: check})
+	// A state is built as NEW is (the same bundle and clock), and
+	// compared with it as diff compares.
+	since := func(data map[string]any, tolerate []string) (map[string][]string, error) {
+		src, err := compiler.StateSource(compiler.Source{Dir: dir, Bound: in.Bound, Tolerate: tolerate}, data)
+		if err != nil {
+			return nil, err
+		}
+		out, err := pipeline.Run(pipeline.Input{Source: src, Bundle: head.bundle, Now: in.Now, Issue: true, Targets: in.Targets})
+		if err != nil {
+			return nil, err
+		}
+		if out.Diagnostics.HasErrors() {
+			return nil, &Problems{Diagnostics: out.Diagnostics, Msg: "a state of the plan does not build"}
+		}
+		c := review.Compiled{Cluster: out.Cluster, Material: out.Material, Diagnostics: out.Diagnostics}
+		for _, t := range in.Targets {
+			c.Trees = append(c.Trees, review.NamedTree{Name: string(t), Tree: out.Trees[t]})
+		}
+		side, err := review.SideOf("state", c, func(l diag.List) diag.List { return l })
+		if err != nil {
+			return nil, err
+		}
+		units := map[string][]string{}
+		for _, n := range in.compare(side, head.Side).Nodes {
+			units[n.Node] = append(slices.Clone(n.Restarts), n.Starts...)
+		}
+		return units, nil
+	}
+	return plan.Make(plan.Input{Old: sides[0], New: sides[1], Report: r, Via: via, Check: check, Since: since})
 }

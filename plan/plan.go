@@ -8,6 +8,7 @@ package plan
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -42,6 +43,11 @@ type Input struct {
 	// the first state with an error. Its warnings are kept with the
 	// step.
 	Check func(data map[string]any, tolerate []string) diag.List
+	// Since is diff's analysis from a state to NEW: the units of each
+	// node that restart or start. A node this plan boots starts with the
+	// files of its step's state; the restarts that take it on to NEW's
+	// are found so. Nil: such a node needs none.
+	Since func(data map[string]any, tolerate []string) (map[string][]string, error)
 }
 
 // Plan is the ordered change.
@@ -149,7 +155,7 @@ func Make(in Input) (*Plan, error) {
 		return nil, err
 	}
 	p := &Plan{From: in.Old.Label, To: in.New.Label}
-	b := &builder{in: in, w: w, plan: p, ends: map[string]bool{}}
+	b := &builder{in: in, w: w, plan: p, ends: map[string]bool{}, born: map[string]Step{}}
 	for _, d := range append(slices.Clone(in.Old.Diagnostics), in.New.Diagnostics...) {
 		b.ends[d.Code+" "+d.Message] = true
 	}
@@ -190,6 +196,10 @@ type builder struct {
 	// failure domain whose loss loses etcd's quorum is accepted in a
 	// state only where an end has it too.
 	ends map[string]bool
+	// born are the steps that boot the nodes this plan adds, by node.
+	born map[string]Step
+	// bornUnits caches sinceBorn.
+	bornUnits map[string][]string
 }
 
 // transient are the warnings a state may not add to what its ends
@@ -231,7 +241,39 @@ func (b *builder) step(st *Stage, s Step) error {
 		}
 	}
 	st.Steps = append(st.Steps, s)
+	if strings.HasPrefix(s.Kind, "add ") {
+		for _, n := range s.Nodes {
+			b.born[n] = s
+		}
+	}
 	return nil
+}
+
+// sinceBorn are the units that restart on each node this plan booted,
+// from the state of the step that booted it to NEW.
+func (b *builder) sinceBorn() (map[string][]string, error) {
+	if b.bornUnits != nil {
+		return b.bornUnits, nil
+	}
+	out := map[string][]string{}
+	b.bornUnits = out
+	if b.in.Since == nil {
+		return out, nil
+	}
+	byStep := map[int]map[string][]string{}
+	for _, node := range slices.Sorted(maps.Keys(b.born)) {
+		s := b.born[node]
+		units, ok := byStep[s.N]
+		if !ok {
+			var err error
+			if units, err = b.in.Since(s.State, s.Tolerate); err != nil {
+				return nil, fmt.Errorf("step %d's state: %w", s.N, err)
+			}
+			byStep[s.N] = units
+		}
+		out[node] = units[node]
+	}
+	return out, nil
 }
 
 func (s Step) summary() string {

@@ -215,6 +215,17 @@ func TestGrowEtcdThreeToFive(t *testing.T) {
 	if len(adds[1].Warnings) != 0 {
 		t.Errorf("five members: %v", adds[1].Warnings)
 	}
+	// cp4 booted with the four-member flags, so it restarts onto NEW's
+	// files like the three old members; cp5 booted with NEW's.
+	var restarted []string
+	for _, s := range steps(p) {
+		if s.Kind == "etcd" {
+			restarted = append(restarted, strings.Join(s.Nodes, " "))
+		}
+	}
+	if want := []string{"cp1", "cp2", "cp3", "cp4"}; !slices.Equal(restarted, want) {
+		t.Errorf("etcd restarts onto NEW's files: %v, want %v", restarted, want)
+	}
 }
 
 // Two members added in zones a and b pass through four members, two in

@@ -130,7 +130,7 @@ func (b *builder) removeOne(st *Stage, n ir.Node, rule string) error {
 	if n.Runs(ir.ComponentAPIServer) {
 		gates = append(gates, "the API answers /readyz through the endpoint")
 	}
-	return b.step(st, Step{Kind: "remove " + string(n.Role), Nodes: []string{n.Name}, Rule: rule, Actions: actions, Gates: gates, Tolerate: membership(n)})
+	return b.step(st, Step{Kind: "remove " + string(n.Role), Nodes: []string{n.Name}, Rule: rule, Drain: n.RunsPods(), Actions: actions, Gates: gates, Tolerate: membership(n)})
 }
 
 // membership are the codes a step that adds or removes an etcd member
@@ -325,9 +325,15 @@ func (b *builder) roll(st *Stage, target func(ir.Node) versions, diff, etcd bool
 			}
 		}
 	}
+	// A node this plan booted has its step's files: what restarts on it
+	// is what changes from that state to NEW.
+	born, err := b.sinceBorn()
+	if err != nil {
+		return err
+	}
 	restarts := func(n ir.Node) []string {
 		if w.fresh[n.Name] {
-			return nil // booted by this plan with its files of then
+			return born[n.Name]
 		}
 		return changed[n.Name]
 	}

@@ -4,11 +4,17 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"time"
+
+	"golang.org/x/crypto/ssh"
+	"golang.org/x/crypto/ssh/agent"
+	"golang.org/x/crypto/ssh/knownhosts"
 
 	"github.com/kcompile/kcompile/compare"
 	"github.com/kcompile/kcompile/compiler"
@@ -31,6 +37,11 @@ type applyCmd struct {
 	DryRun      bool          `help:"Say what each step would do (the files it would lay on each node, the units it would restart) and change nothing."`
 	Resume      bool          `help:"Go on with an apply of the same change that stopped, from the step after the last one done."`
 	GateTimeout time.Duration `default:"5m" help:"How long each health gate may take to hold before apply stops."`
+	From        string        `placeholder:"DIR" help:"Bare metal: the spec the cluster runs now, as kcompile build built it (its certificates' clock is SOURCE_DATE_EPOCH's, as build's was). Needs --work, where apply keeps what it did, and --ssh-user. Later applies take --work alone."`
+	SSHUser     string        `name:"ssh-user" placeholder:"USER" help:"Reach the nodes over SSH at their addresses as USER: root, or an access user of the spec with sudo."`
+	SSHKey      string        `name:"ssh-key" placeholder:"FILE" help:"With --ssh-user: the private key (unencrypted); default: the keys of ssh-agent (SSH_AUTH_SOCK)."`
+	KnownHosts  string        `name:"known-hosts" placeholder:"FILE" help:"With --ssh-user: the nodes' host keys, as OpenSSH's known_hosts (default ~/.ssh/known_hosts); a node whose key is not there is refused."`
+	SSHPort     int           `name:"ssh-port" default:"22" help:"With --ssh-user: the nodes' SSH port."`
 }
 
 // Run plans the change from the running cluster's recorded spec to the
@@ -41,15 +52,39 @@ func (c *applyCmd) Run(e *env) error {
 	if err != nil {
 		return err
 	}
+	if c.From != "" && (c.Work == "" || c.SSHUser == "") {
+		return usageError("--from needs --work DIR (where apply keeps what it did) and --ssh-user USER (how it reaches the nodes)")
+	}
 	work, err := upWorkDir(e, c.Dir, c.Work)
 	if err != nil {
 		return err
 	}
-	running, err := nspawn.ReadRunning(work)
-	if err != nil {
+	specDir := filepath.Join(work, nspawn.SpecDir)
+	var transport *nspawn.SSH
+	if c.SSHUser != "" {
+		if transport, err = sshTransport(c.SSHUser, c.SSHKey, c.KnownHosts, c.SSHPort); err != nil {
+			return err
+		}
+	}
+	var running *nspawn.Running
+	if c.From != "" {
+		from, err := filepath.Abs(c.From)
+		if err != nil {
+			return err
+		}
+		data, diags := compiler.Concrete(compiler.Source{Dir: from, Bound: e.bound})
+		if diags.HasErrors() {
+			return printDiagnostics(e, diags, "the spec of --from does not evaluate")
+		}
+		if running, err = nspawn.RecordRunning(work, data, e.now); err != nil {
+			return err
+		}
+	} else if running, err = nspawn.ReadRunning(work); err != nil {
 		return statusError{code: exitProblems, msg: err.Error()}
 	}
-	specDir := filepath.Join(work, nspawn.SpecDir)
+	if c.SSHUser == "" && !running.Up() {
+		return usageError("the cluster in " + work + " runs on hosts kcompile up did not boot: give --ssh-user USER (and --ssh-key, --known-hosts) to reach them")
+	}
 	p, err := compare.Plan(compare.Input{Args: []string{specDir, c.Dir}, Secrets: c.Secrets, Policies: c.Policy, Profile: c.Profile,
 		Bound: e.bound, Now: e.now, Rand: rand.Reader, Cwd: e.cwd, Stage: e.progress.stage}, via)
 	if err != nil {
@@ -86,6 +121,9 @@ func (c *applyCmd) Run(e *env) error {
 	if err != nil {
 		return statusError{code: exitProblems, msg: "the running cluster's recorded spec: " + err.Error()}
 	}
+	if transport != nil && c.SSHUser != "root" && !slices.ContainsFunc(old.Users, func(u ir.User) bool { return u.Name == c.SSHUser && u.Sudo }) {
+		return usageError("--ssh-user " + c.SSHUser + " is no access user of the running spec with sudo: apply runs its commands as root (access.users." + c.SSHUser + ".sudo: true, or root)")
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
 	e.progress.pause()
@@ -95,7 +133,7 @@ func (c *applyCmd) Run(e *env) error {
 	err = nspawn.Apply(ctx, nspawn.ApplyConfig{
 		Running: running, Plan: p, Old: old, OldTree: oldTree,
 		Build:    func(state map[string]any) (*ir.Cluster, *targets.Tree, error) { return build(c.Dir, state) },
-		Binaries: c.Binaries, DryRun: c.DryRun, Resume: c.Resume, GateTimeout: c.GateTimeout, Log: e.stderr, Now: time.Now,
+		Binaries: c.Binaries, DryRun: c.DryRun, Resume: c.Resume, GateTimeout: c.GateTimeout, Log: e.stderr, Now: time.Now, SSH: transport,
 	})
 	if err != nil {
 		return statusError{code: exitProblems, msg: err.Error()}
@@ -110,3 +148,51 @@ func (c *applyCmd) Run(e *env) error {
 	}
 	return nil
 }
+
+// sshTransport reads the key and the known hosts of --ssh-user.
+func sshTransport(user, keyFile, knownHosts string, port int) (*nspawn.SSH, error) {
+	t := &nspawn.SSH{User: user, Port: port}
+	if keyFile != "" {
+		data, err := os.ReadFile(keyFile)
+		if err != nil {
+			return nil, err
+		}
+		signer, err := ssh.ParsePrivateKey(data)
+		if err != nil {
+			return nil, usageError(fmt.Sprintf("--ssh-key %s: %v (an encrypted key is read through ssh-agent: leave --ssh-key out)", keyFile, err))
+		}
+		t.Signers = []ssh.Signer{signer}
+	} else {
+		sock := os.Getenv("SSH_AUTH_SOCK")
+		if sock == "" {
+			return nil, usageError("--ssh-user needs --ssh-key FILE, or an ssh-agent (SSH_AUTH_SOCK)")
+		}
+		conn, err := net.Dial("unix", sock)
+		if err != nil {
+			return nil, fmt.Errorf("ssh-agent: %v", err)
+		}
+		signers, err := agent.NewClient(conn).Signers()
+		if err != nil {
+			return nil, fmt.Errorf("ssh-agent: %v", err)
+		}
+		if len(signers) == 0 {
+			return nil, usageError("ssh-agent holds no key: add one (ssh-add), or give --ssh-key FILE")
+		}
+		t.Signers = signers
+	}
+	if knownHosts == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return nil, err
+		}
+		knownHosts = filepath.Join(home, ".ssh", "known_hosts")
+	}
+	cb, err := knownhosts.New(knownHosts)
+	if err != nil {
+		return nil, usageError(fmt.Sprintf("--known-hosts %s: %v", knownHosts, err))
+	}
+	t.HostKeys = cb
+	return t, nil
+}
+
+func usageError(msg string) error { return statusError{code: exitUsage, msg: msg} }

@@ -98,6 +98,7 @@ func (c *upCmd) Run(e *env) error {
 		Uplink:    c.Uplink,
 		Spec:      spec,
 		Issued:    e.now,
+		Bound:     e.bound,
 	})
 	if err != nil {
 		return statusError{code: exitProblems, msg: err.Error()}

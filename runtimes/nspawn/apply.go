@@ -90,17 +90,18 @@ type Running struct {
 	state     *State
 }
 
-// ReadRunning reads what up recorded in work of the cluster it runs.
+// ReadRunning reads what up recorded in work of the cluster it runs, or
+// what an apply to hosts of bare metal recorded there (RecordRunning).
 func ReadRunning(work string) (*Running, error) {
 	st, err := ReadState(work)
-	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("no cluster of kcompile up in %s (no %s)", work, StateName)
-		}
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, err
 	}
 	r := &Running{Work: work, state: st}
 	if r.Spec, err = os.ReadFile(filepath.Join(work, SpecFile)); err != nil {
+		if st == nil {
+			return nil, fmt.Errorf("no cluster of kcompile up in %s (no %s), and no apply recorded one there (for hosts of bare metal: kcompile apply --from)", work, StateName)
+		}
 		return nil, fmt.Errorf("the cluster in %s records no spec (%v): it was booted by a kcompile up older than apply; boot it again", work, err)
 	}
 	issued, err := os.ReadFile(filepath.Join(work, IssuedFile))
@@ -118,6 +119,41 @@ func ReadRunning(work string) (*Running, error) {
 		return nil, fmt.Errorf("%s: %v", filepath.Join(work, OverridesFile), err)
 	}
 	return r, nil
+}
+
+// Up says the cluster runs on machines of kcompile up, which apply can
+// reach through the host.
+func (r *Running) Up() bool { return r.state != nil }
+
+// RecordRunning records in work (made when missing) the cluster that
+// hosts of bare metal run, for an apply over SSH: its spec as data and
+// the clock its certificates were issued at (kcompile build's), with no
+// changes of up's. An apply that stopped keeps its progress there.
+func RecordRunning(work string, spec map[string]any, issued time.Time) (*Running, error) {
+	if _, err := ReadState(work); err == nil {
+		return nil, fmt.Errorf("%s is the work directory of a kcompile up: apply to it without --from", work)
+	}
+	text, err := compiler.StateText(spec)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(filepath.Join(work, SpecDir), 0o700); err != nil {
+		return nil, err
+	}
+	over, err := json.MarshalIndent(systemd.UpOverrides{}, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	for name, data := range map[string][]byte{
+		SpecFile:      text,
+		IssuedFile:    []byte(issued.UTC().Format(time.RFC3339Nano) + "\n"),
+		OverridesFile: append(over, '\n'),
+	} {
+		if err := writer.PrivateFile(filepath.Join(work, name), data); err != nil {
+			return nil, err
+		}
+	}
+	return ReadRunning(work)
 }
 
 // ApplyConfig is one kcompile apply of a cluster up runs.
@@ -143,8 +179,12 @@ type ApplyConfig struct {
 	Resume bool
 	// GateTimeout bounds the wait on each health gate (default 5m).
 	GateTimeout time.Duration
-	Log         io.Writer
-	Now         func() time.Time
+	// SSH, when set, reaches the nodes over SSH instead of through up's
+	// machines: the transport of bare metal, which a cluster of up also
+	// answers (its image runs sshd for the spec's access.users).
+	SSH *SSH
+	Log io.Writer
+	Now func() time.Time
 }
 
 // progress is ProgressFile.
@@ -164,6 +204,10 @@ type applier struct {
 	log   func(format string, a ...any)
 	// leaders are the machines' init processes, by node name.
 	leaders map[string]int
+	// addrs are the nodes' primary addresses, for SSH; conns the nodes
+	// reached over it.
+	addrs map[string]string
+	conns map[string]nodeAccess
 }
 
 // Apply performs the plan on the cluster up runs, step by step: for
@@ -180,7 +224,11 @@ func Apply(ctx context.Context, cfg ApplyConfig) error {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	a := &applier{cfg: cfg, leaders: map[string]int{}}
+	a := &applier{cfg: cfg, leaders: map[string]int{}, addrs: map[string]string{}, conns: map[string]nodeAccess{}}
+	defer a.closeAll()
+	for _, n := range cfg.Old.Nodes {
+		a.addrs[n.Name] = n.Address().String()
+	}
 	a.log = func(format string, args ...any) { fmt.Fprintf(cfg.Log, format+"\n", args...) }
 	for _, s := range cfg.Plan.Stages {
 		a.steps = append(a.steps, s.Steps...)
@@ -188,16 +236,18 @@ func Apply(ctx context.Context, cfg ApplyConfig) error {
 	if err := a.supported(); err != nil {
 		return err
 	}
-	for _, r := range cfg.Running.state.Resources {
-		if r.Kind == KindProcess && r.alive() {
-			if pid := firstChild(r.PID); pid > 0 {
-				a.leaders[r.Name] = pid
+	if cfg.Running.state != nil {
+		for _, r := range cfg.Running.state.Resources {
+			if r.Kind == KindProcess && r.alive() {
+				if pid := firstChild(r.PID); pid > 0 {
+					a.leaders[r.Name] = pid
+				}
 			}
 		}
 	}
 	for _, n := range cfg.Old.Nodes {
-		if a.leaders[n.Name] == 0 {
-			return fmt.Errorf("node %s is not running: kcompile node start %s --work %s, then apply again", n.Name, n.Name, cfg.Running.Work)
+		if _, err := a.node(ctx, n.Name); err != nil {
+			return err
 		}
 	}
 	admin, ok := cfg.OldTree.Get(layout.ClusterTree("super-admin.conf"))
@@ -301,8 +351,10 @@ func Apply(ctx context.Context, cfg ApplyConfig) error {
 func (a *applier) supported() error {
 	for _, s := range a.steps {
 		switch {
-		case strings.HasPrefix(s.Kind, "add ") || strings.HasPrefix(s.Kind, "remove "):
-			return fmt.Errorf("step %d (%s %s): kcompile apply cannot add or remove the machines of a cluster kcompile up runs yet; boot the new spec with kcompile up instead", s.N, s.Kind, strings.Join(s.Nodes, " "))
+		case (strings.HasPrefix(s.Kind, "add ") || strings.HasPrefix(s.Kind, "remove ")) && a.cfg.SSH != nil:
+			return fmt.Errorf("step %d (%s %s) boots or powers off machines, which apply over SSH cannot: provision or retire the hosts (kcompile build's Matchbox module), or apply this change to a cluster of kcompile up through its machines", s.N, s.Kind, strings.Join(s.Nodes, " "))
+		case strings.HasPrefix(s.Kind, "add ") && !a.cfg.Running.trees():
+			return fmt.Errorf("step %d (%s %s): the cluster was booted from cloud-init seeds, and apply adds machines only to a cluster booted from systemd trees; boot the new spec with kcompile up instead", s.N, s.Kind, strings.Join(s.Nodes, " "))
 		case s.Kind == "explicit":
 			return fmt.Errorf("step %d is a change a restart does not apply, which apply does not perform: %s", s.N, strings.Join(s.Actions, "; "))
 		case slices.Contains(s.Restarts, systemd.InstallUnit) && a.cfg.Binaries == "":
@@ -364,9 +416,12 @@ func (a *applier) changes(ctx context.Context, n ir.Node, c *ir.Cluster, prev, t
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	root := a.root(n.Name)
+	at, err := a.node(ctx, n.Name)
+	if err != nil {
+		return nil, nil, nil, err
+	}
 	for _, p := range slices.Sorted(maps.Keys(want)) {
-		data, err := os.ReadFile(filepath.Join(root, p))
+		data, err := at.read(ctx, p)
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return nil, nil, nil, err
 		}
@@ -376,7 +431,11 @@ func (a *applier) changes(ctx context.Context, n ir.Node, c *ir.Cluster, prev, t
 	}
 	for _, p := range slices.Sorted(maps.Keys(had)) {
 		if _, ok := want[p]; !ok {
-			if _, err := os.Lstat(filepath.Join(root, p)); err == nil {
+			there, err := at.exists(ctx, p)
+			if err != nil {
+				return nil, nil, nil, err
+			}
+			if there {
 				removed = append(removed, p)
 			}
 		}
@@ -384,20 +443,64 @@ func (a *applier) changes(ctx context.Context, n ir.Node, c *ir.Cluster, prev, t
 	return want, changed, removed, ctx.Err()
 }
 
-// root is the machine's root seen from the host: its init's.
-func (a *applier) root(node string) string {
-	return fmt.Sprintf("/proc/%d/root", a.leaders[node])
+// node is how apply reaches a node: over SSH when configured, else
+// through its machine of up.
+func (a *applier) node(ctx context.Context, name string) (nodeAccess, error) {
+	if at, ok := a.conns[name]; ok {
+		return at, nil
+	}
+	if a.cfg.SSH != nil {
+		addr, ok := a.addrs[name]
+		if !ok {
+			return nil, fmt.Errorf("node %s has no address", name)
+		}
+		at, err := dialSSH(ctx, a.cfg.SSH, name, addr)
+		if err != nil {
+			return nil, err
+		}
+		a.conns[name] = at
+		return at, nil
+	}
+	if a.leaders[name] == 0 {
+		return nil, fmt.Errorf("node %s is not running: kcompile node start %s --work %s, then apply again", name, name, a.cfg.Running.Work)
+	}
+	return machineAccess{name: name, pid: a.leaders[name]}, nil
 }
 
-// run runs a command in a machine.
+// run runs a command on a node, as root.
 func (a *applier) run(ctx context.Context, node string, args ...string) ([]byte, error) {
-	return execIn(ctx, a.leaders[node], node, args...)
+	at, err := a.node(ctx, node)
+	if err != nil {
+		return nil, err
+	}
+	return at.run(ctx, args...)
+}
+
+// forget drops what apply holds of a node that is gone.
+func (a *applier) forget(name string) {
+	if at, ok := a.conns[name]; ok {
+		_ = at.close()
+		delete(a.conns, name)
+	}
+	delete(a.leaders, name)
+	delete(a.addrs, name)
+}
+
+func (a *applier) closeAll() {
+	for name := range a.conns {
+		a.forget(name)
+	}
 }
 
 // step performs one step.
 func (a *applier) step(ctx context.Context, s change.Step, prevC, c *ir.Cluster, prev, tree *targets.Tree) error {
-	if s.Kind == "addons" {
+	switch {
+	case s.Kind == "addons":
 		return a.addons(ctx, c, tree)
+	case strings.HasPrefix(s.Kind, "add "):
+		return a.add(ctx, s, c, tree)
+	case strings.HasPrefix(s.Kind, "remove "):
+		return a.remove(ctx, s, prevC, c)
 	}
 	nodes := map[string]ir.Node{}
 	for _, n := range c.Nodes {
@@ -460,19 +563,23 @@ func (a *applier) step(ctx context.Context, s change.Step, prevC, c *ir.Cluster,
 		if err != nil {
 			return err
 		}
+		at, err := a.node(ctx, name)
+		if err != nil {
+			return err
+		}
 		for _, p := range changed {
-			if err := writeInto(a.root(name), want[p]); err != nil {
+			if err := at.write(ctx, want[p]); err != nil {
 				return fmt.Errorf("node %s: %v", name, err)
 			}
 		}
 		for _, p := range removed {
-			if err := os.Remove(filepath.Join(a.root(name), p)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			if err := at.remove(ctx, p); err != nil {
 				return fmt.Errorf("node %s: %v", name, err)
 			}
 		}
 		a.log("  %s: laid %d files%s", name, len(changed), listed(changed, removed))
 		for _, b := range binaries[name] {
-			if err := copyInto(a.root(name), filepath.Join(a.cfg.Binaries, filepath.Base(b.Path)), b.Path); err != nil {
+			if err := at.install(ctx, filepath.Join(a.cfg.Binaries, filepath.Base(b.Path)), b.Path); err != nil {
 				return fmt.Errorf("node %s: %v", name, err)
 			}
 			a.log("  %s: laid %s (%s)", name, b.Path, b.Version)
@@ -504,7 +611,7 @@ func (a *applier) step(ctx context.Context, s change.Step, prevC, c *ir.Cluster,
 		}
 	}
 	for _, name := range s.Nodes {
-		if err := a.gates(ctx, nodes[name], s, restarted[name]); err != nil {
+		if err := a.gates(ctx, c, nodes[name], s.Restarts, restarted[name]); err != nil {
 			return err
 		}
 	}
@@ -609,10 +716,10 @@ func writeInto(root string, f targets.File) error {
 // step: its kubelet's lease renewed since the restart and the node
 // Ready; its API server's /readyz; its etcd member healthy and the
 // members' quorum; its controllers active.
-func (a *applier) gates(ctx context.Context, n ir.Node, s change.Step, since time.Time) error {
-	restarted := func(u string) bool { return slices.Contains(s.Restarts, u) }
+func (a *applier) gates(ctx context.Context, c *ir.Cluster, n ir.Node, units []string, since time.Time) error {
+	restarted := func(u string) bool { return slices.Contains(units, u) }
 	if restarted("etcd.service") {
-		for _, m := range a.cfg.Old.Etcd.Members {
+		for _, m := range c.Etcd.Members {
 			if m.Name != n.Name {
 				continue
 			}
@@ -622,21 +729,12 @@ func (a *applier) gates(ctx context.Context, n ir.Node, s change.Step, since tim
 				return err
 			}
 		}
-		members := a.cfg.Old.Etcd.Members
-		if err := a.await(ctx, "etcd quorum", func() (bool, string) {
-			healthy := 0
-			for _, m := range members {
-				if a.etcd.healthy(ctx, m.ClientURL()) {
-					healthy++
-				}
-			}
-			return healthy > len(members)/2, fmt.Sprintf("%d/%d members healthy", healthy, len(members))
-		}); err != nil {
+		if err := a.quorum(ctx, c); err != nil {
 			return err
 		}
 	}
 	if restarted("kube-apiserver.service") {
-		k := a.kube.at("https://" + net.JoinHostPort(n.Address().String(), strconv.Itoa(a.cfg.Old.Kubernetes.APIServerPort)))
+		k := a.kube.at("https://" + net.JoinHostPort(n.Address().String(), strconv.Itoa(c.Kubernetes.APIServerPort)))
 		if err := a.await(ctx, "kube-apiserver of "+n.Name+" ready", func() (bool, string) {
 			return k.ready(ctx), "/readyz does not answer ok"
 		}); err != nil {
@@ -673,6 +771,21 @@ func (a *applier) gates(ctx context.Context, n ir.Node, s change.Step, since tim
 		}
 	}
 	return nil
+}
+
+// quorum waits until more than half of the state's etcd members answer
+// healthy.
+func (a *applier) quorum(ctx context.Context, c *ir.Cluster) error {
+	members := c.Etcd.Members
+	return a.await(ctx, "etcd quorum", func() (bool, string) {
+		healthy := 0
+		for _, m := range members {
+			if a.etcd.healthy(ctx, m.ClientURL()) {
+				healthy++
+			}
+		}
+		return healthy > len(members)/2, fmt.Sprintf("%d/%d members healthy", healthy, len(members))
+	})
 }
 
 // await polls f until it holds, the gate's time runs out or ctx ends.

@@ -3,11 +3,14 @@ package nspawn
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
 	"crypto/rand"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -16,12 +19,17 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	auditv1 "k8s.io/apiserver/pkg/apis/audit/v1"
+
+	"golang.org/x/crypto/ssh"
+	"golang.org/x/crypto/ssh/knownhosts"
 
 	"github.com/kcompile/kcompile/compare"
 	"github.com/kcompile/kcompile/compiler"
 	"github.com/kcompile/kcompile/compiler/ir"
 	"github.com/kcompile/kcompile/compiler/pki"
 	"github.com/kcompile/kcompile/internal/fixture"
+	"github.com/kcompile/kcompile/layout"
 	"github.com/kcompile/kcompile/pipeline"
 	change "github.com/kcompile/kcompile/plan"
 	"github.com/kcompile/kcompile/targets"
@@ -69,11 +77,20 @@ type applyEnv struct {
 	secrets string
 	b       *pki.Bundle
 	issued  time.Time
+	// ssh, when set, is how apply reaches the nodes.
+	ssh *SSH
 }
 
-// bootForApply boots the spec in dir with the programs of binaries
-// (".bin/node" when empty), recording the spec as kcompile up does.
+// bootForApply boots the spec in dir from its systemd trees with the
+// programs of binaries (".bin/node" when empty), recording the spec as
+// kcompile up does.
 func bootForApply(t *testing.T, dir, binaries string) *applyEnv {
+	return bootForApplyFrom(t, dir, binaries, pipeline.Systemd)
+}
+
+// bootForApplyFrom is bootForApply with the target the machines boot
+// from.
+func bootForApplyFrom(t *testing.T, dir, binaries string, target pipeline.Target) *applyEnv {
 	t.Helper()
 	e := &applyEnv{t: t, issued: time.Now().Truncate(time.Second)}
 	var err error
@@ -88,7 +105,11 @@ func bootForApply(t *testing.T, dir, binaries string) *applyEnv {
 	if err := os.WriteFile(e.secrets, data, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	out, err := pipeline.Run(pipeline.Input{Source: compiler.Source{Dir: dir}, Bundle: e.b, Now: e.issued, Issue: true, Targets: []pipeline.Target{pipeline.Systemd}})
+	ts := []pipeline.Target{pipeline.Systemd}
+	if target == pipeline.CloudInit {
+		ts = append(ts, pipeline.CloudInit)
+	}
+	out, err := pipeline.Run(pipeline.Input{Source: compiler.Source{Dir: dir}, Bundle: e.b, Now: e.issued, Issue: true, Targets: ts})
 	if err != nil || out.Diagnostics.HasErrors() {
 		t.Fatal(err, out.Diagnostics)
 	}
@@ -101,7 +122,7 @@ func bootForApply(t *testing.T, dir, binaries string) *applyEnv {
 		t.Fatal(err)
 	}
 	e.work = filepath.Join(t.TempDir(), "work")
-	e.c = bootIn(t, out, pipeline.Systemd, e.work, false, func(cfg *Config) {
+	e.c = bootIn(t, out, target, e.work, false, func(cfg *Config) {
 		cfg.Spec, cfg.Issued = text, e.issued
 		if binaries != "" {
 			cfg.Binaries = fixture.Path(binaries)
@@ -175,7 +196,7 @@ func (e *applyEnv) apply(ctx context.Context, p *change.Plan, dir string, log *s
 			}
 			return e.build(src)
 		},
-		Binaries: binaries, DryRun: dryRun, Resume: resume, GateTimeout: 3 * time.Minute, Log: log, Now: time.Now})
+		Binaries: binaries, DryRun: dryRun, Resume: resume, GateTimeout: 3 * time.Minute, Log: log, Now: time.Now, SSH: e.ssh})
 }
 
 // invocations are the InvocationIDs of units on nodes: a unit restarted
@@ -241,13 +262,43 @@ func specDir(t *testing.T, dir string, edits [][2]string, extra map[string]strin
 // over, and goes on with --resume from the second step; at the end every
 // node runs the new spec's files (a second apply finds nothing to do and
 // the running files equal the new build), and nothing but the two
-// kubelets restarted.
+// kubelets restarted. apply reaches the nodes over SSH, as it does hosts
+// of bare metal: the machines boot from their cloud-init seeds, which
+// make the spec's access user with the test's key and sudo, and each
+// node's host key is held to a known_hosts file.
 func TestUpApply(t *testing.T) {
-	dir := fixture.Path("runtimes/nspawn/testdata/three-nodes")
-	e := bootForApply(t, dir, "")
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	signer, err := ssh.NewSignerFromKey(priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	access := fmt.Sprintf("package cluster\n\naccess: users: ops: {sshAuthorizedKeys: [%q], sudo: true}\n", strings.TrimSpace(string(ssh.MarshalAuthorizedKey(signer.PublicKey()))))
+	dir := specDir(t, fixture.Path("runtimes/nspawn/testdata/three-nodes"), nil, map[string]string{"access.cue": access})
+	e := bootForApplyFrom(t, dir, "", pipeline.CloudInit)
 	k := admin(t, e.c)
 	ctx := context.Background()
-	newDir := specDir(t, dir, nil, map[string]string{"pods.cue": "package cluster\n\nworkers: pools: w: capacity: maxPods: 90\n"})
+	var hosts strings.Builder
+	for _, n := range e.c.cfg.Cluster.Nodes {
+		out, err := e.c.Exec(ctx, n.Name, "sh", "-c", "cloud-init status --wait >/dev/null; cat /etc/ssh/ssh_host_ed25519_key.pub")
+		f := strings.Fields(string(out))
+		if err != nil || len(f) < 2 {
+			t.Fatalf("%s's host key: %v %q", n.Name, err, out)
+		}
+		fmt.Fprintf(&hosts, "%s %s %s\n", n.Address(), f[0], f[1])
+	}
+	known := filepath.Join(t.TempDir(), "known_hosts")
+	if err := os.WriteFile(known, []byte(hosts.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	hostKeys, err := knownhosts.New(known)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.ssh = &SSH{User: "ops", Signers: []ssh.Signer{signer}, HostKeys: hostKeys}
+	newDir := specDir(t, dir, nil, map[string]string{"access.cue": access, "pods.cue": "package cluster\n\nworkers: pools: w: capacity: maxPods: 90\n"})
 	p := e.plan(newDir)
 	if got, want := steps(p), []string{"workers [w1] [kubelet.service]", "workers [w2] [kubelet.service]"}; !slices.Equal(got, want) {
 		t.Fatalf("plan %q, want %q", got, want)
@@ -272,7 +323,7 @@ func TestUpApply(t *testing.T) {
 	ctx1, cancel := context.WithCancel(ctx)
 	defer cancel()
 	first := &stopAt{at: "step 1/2 done", cancel: cancel}
-	err := e.apply(ctx1, p, newDir, first, "", false, false)
+	err = e.apply(ctx1, p, newDir, first, "", false, false)
 	if err == nil || !strings.Contains(err.Error(), "stopped after step 1 of 2") || !strings.Contains(err.Error(), "--resume goes on from step 2") {
 		t.Fatalf("an interrupted apply: %v\n%s", err, first)
 	}
@@ -321,6 +372,18 @@ func TestUpApply(t *testing.T) {
 	again := &stopAt{}
 	if err := e.apply(ctx, e.plan(newDir), newDir, again, "", false, false); err != nil || !strings.Contains(again.String(), "nothing to apply") {
 		t.Errorf("a second apply: %v\n%s", err, again)
+	}
+	// Over SSH, as ops: each node's sshd says so.
+	for _, n := range []string{"cp1", "w1", "w2"} {
+		out, err := e.c.Exec(ctx, n, "journalctl", "-u", "ssh.service", "--no-pager", "-q")
+		if err != nil || !strings.Contains(string(out), "Accepted publickey for ops") {
+			t.Errorf("%s's sshd does not say ops logged in: %v\n%s", n, err, out)
+		}
+	}
+	// A host whose key is not the known one is refused.
+	e.ssh.HostKeys = ssh.FixedHostKey(signer.PublicKey())
+	if err := e.apply(ctx, e.plan(newDir), newDir, &stopAt{}, "", false, false); err == nil || !strings.Contains(err.Error(), "host key mismatch") {
+		t.Errorf("an apply to hosts of unknown keys: %v", err)
 	}
 }
 
@@ -426,18 +489,66 @@ spec:
   ports: [{port: 80, targetPort: 8080}]
 `
 
+// kubeletsAgainst reads the audit log of node's API server, upgraded
+// once from 1.36 to 1.37 (its 1.37 process started when systemd says),
+// and holds every request of a kubelet (user system:node:*, its version
+// in its user agent) to the minor the server ran when it received it:
+// newer are those of a kubelet newer than that.
+func kubeletsAgainst(t *testing.T, c *Cluster, node string) (checked int, newer []string) {
+	t.Helper()
+	ctx := context.Background()
+	out, err := c.Exec(ctx, node, "systemctl", "show", "--timestamp=us+utc", "-p", "ExecMainStartTimestamp", "--value", "kube-apiserver.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	started, err := time.Parse("Mon 2006-01-02 15:04:05.000000 MST", strings.TrimSpace(string(out)))
+	if err != nil {
+		t.Fatalf("%s: kube-apiserver's start %q: %v", node, out, err)
+	}
+	log, err := c.Exec(ctx, node, "cat", layout.Abs(layout.AuditLog))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(log), "\n") {
+		var ev auditv1.Event
+		if line == "" || json.Unmarshal([]byte(line), &ev) != nil || !strings.HasPrefix(ev.User.Username, "system:node:") {
+			continue
+		}
+		v, ok := strings.CutPrefix(strings.Fields(ev.UserAgent + " ")[0], "kubelet/v1.")
+		if !ok {
+			continue
+		}
+		kubelet, _ := strconv.Atoi(strings.SplitN(v, ".", 2)[0])
+		server := 36
+		if !ev.RequestReceivedTimestamp.Time.Before(started) {
+			server = 37
+		}
+		checked++
+		if kubelet > server {
+			newer = append(newer, fmt.Sprintf("%s %s %s at %s (1.%d)", ev.User.Username, ev.UserAgent, ev.Verb, ev.RequestReceivedTimestamp.Format("15:04:05.000000"), server))
+		}
+	}
+	return checked, newer
+}
+
 // TestUpApplyVersionHA upgrades the highly available cluster (three
-// control-plane nodes holding the endpoint's VIP, one worker) from
-// Kubernetes 1.36 to 1.37 with apply, while a client asks the API
-// through the VIP every 100 ms and a Deployment behind a
+// control-plane nodes holding the endpoint's VIP, a worker in each of two
+// pools) from Kubernetes 1.36 to 1.37 with apply, while a client asks
+// the API through the VIP every 100 ms and a Deployment behind a
 // PodDisruptionBudget serves: the API servers one at a time, then the
-// controllers, then each node drained first. It reports the failed
-// requests and the longest wait between two answers, and checks that the
-// budget always held, that no kubelet was ever newer than an API server
-// after a step, that etcd and containerd never restarted, and that every
-// component runs 1.37.2 at the end, the nodes' files the new build.
+// controllers, then each node drained first, pool by pool. It reports
+// the failed requests and the longest wait between two answers, and
+// checks that the budget always held, that no kubelet was newer than an
+// API server after a step nor ever reached one of an older minor (every
+// kubelet request in the API servers' audit logs), that etcd and
+// containerd never restarted, and that every component runs 1.37.2 at
+// the end, the nodes' files the new build.
 func TestUpApplyVersionHA(t *testing.T) {
-	dir := fixture.Path("runtimes/nspawn/testdata/vip")
+	pools := [2]string{`workers: nodes: w1: {address: "10.78.0.21", mac: "52:54:00:78:00:21"}`, `workers: pools: {
+	blue: {count: 1, namePattern: "w%d", firstAddress: "10.78.0.21", macs: ["52:54:00:78:00:21"]}
+	green: {count: 1, namePattern: "g%d", firstAddress: "10.78.0.31", macs: ["52:54:00:78:00:31"]}
+}`}
+	dir := specDir(t, fixture.Path("runtimes/nspawn/testdata/vip"), [][2]string{pools}, nil)
 	oldDir := specDir(t, dir, [][2]string{{`kubernetes: version: "1.37.2"`, `kubernetes: version: "1.36.3"`}}, nil)
 	e := bootForApply(t, oldDir, ".bin/node-1.36")
 	k := admin(t, e.c)
@@ -460,11 +571,11 @@ func TestUpApplyVersionHA(t *testing.T) {
 	for _, s := range steps(p) {
 		kinds = append(kinds, strings.SplitN(s, " [", 2)[0]+" "+strings.SplitN(strings.SplitN(s, "[", 2)[1], "]", 2)[0])
 	}
-	want := []string{"api server cp1", "api server cp2", "api server cp3", "controllers cp1", "controllers cp2", "controllers cp3", "node cp1", "node cp2", "node cp3", "workers w1"}
+	want := []string{"api server cp1", "api server cp2", "api server cp3", "controllers cp1", "controllers cp2", "controllers cp3", "node cp1", "node cp2", "node cp3", "workers w1", "workers g1"}
 	if !slices.Equal(kinds, want) {
 		t.Fatalf("plan %q, want %q", kinds, want)
 	}
-	watched := map[string][]string{"w1": {"containerd.service"}}
+	watched := map[string][]string{"w1": {"containerd.service"}, "g1": {"containerd.service"}}
 	for _, n := range []string{"cp1", "cp2", "cp3"} {
 		watched[n] = []string{"etcd.service", "containerd.service", "keepalived.service"}
 	}
@@ -504,6 +615,16 @@ func TestUpApplyVersionHA(t *testing.T) {
 	if len(skew) > 0 {
 		t.Errorf("version skew after a step: %q", skew)
 	}
+	for _, n := range []string{"cp1", "cp2", "cp3"} {
+		checked, newer := kubeletsAgainst(t, e.c, n)
+		t.Logf("%s's audit log: %d requests of kubelets, each against the minor its API server ran", n, checked)
+		if checked == 0 {
+			t.Errorf("%s's audit log holds no request of a kubelet", n)
+		}
+		if len(newer) > 0 {
+			t.Errorf("kubelets reached %s's API server of an older minor: %q", n, newer)
+		}
+	}
 	if len(client.unavailable) > 0 {
 		t.Errorf("the Deployment's budget did not hold: %q", client.unavailable)
 	}
@@ -517,7 +638,7 @@ func TestUpApplyVersionHA(t *testing.T) {
 	if r := restarted(start, e.invocations(watched)); len(r) > 0 {
 		t.Errorf("apply restarted %v, which no step names", r)
 	}
-	programs := map[string][]string{"w1": {"kubelet", "kube-proxy"}}
+	programs := map[string][]string{"w1": {"kubelet", "kube-proxy"}, "g1": {"kubelet", "kube-proxy"}}
 	for _, n := range []string{"cp1", "cp2", "cp3"} {
 		programs[n] = []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy"}
 	}

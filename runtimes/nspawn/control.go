@@ -90,6 +90,26 @@ func (c *Cluster) serveControl() error {
 		}
 		writeJSON(w, c.Status(r.Context()))
 	})
+	machine := func(change func(context.Context, MachineRequest) error) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			var req MachineRequest
+			if err := json.NewDecoder(io.LimitReader(r.Body, 16<<20)).Decode(&req); err != nil {
+				http.Error(w, err.Error(), http.StatusBadRequest)
+				return
+			}
+			if req.Node != r.PathValue("node") {
+				http.Error(w, "the request names another node", http.StatusBadRequest)
+				return
+			}
+			if err := change(r.Context(), req); err != nil {
+				http.Error(w, err.Error(), http.StatusConflict)
+				return
+			}
+			writeJSON(w, c.Status(r.Context()))
+		}
+	}
+	mux.HandleFunc("PUT /machines/{node}", machine(c.AddMachine))
+	mux.HandleFunc("DELETE /machines/{node}", machine(c.RemoveMachine))
 	c.control = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = c.control.Serve(l) }()
 	return nil
@@ -155,8 +175,11 @@ func (c *Cluster) powerOn(m *machine) error {
 func (c *Cluster) Status(ctx context.Context) Status {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	s := Status{Cluster: c.cfg.Cluster.Name}
-	for _, m := range c.p.machines {
+	c.mmu.Lock()
+	live := c.live
+	c.mmu.Unlock()
+	s := Status{Cluster: live.Name}
+	for _, m := range c.machines() {
 		m.mu.Lock()
 		n := NodeStatus{Name: m.name, State: "stopped", Boots: m.boots}
 		if m.proc.alive() {
@@ -164,7 +187,7 @@ func (c *Cluster) Status(ctx context.Context) Status {
 		}
 		m.mu.Unlock()
 		s.Nodes = append(s.Nodes, n)
-		if e := c.cfg.Cluster.Endpoint; e.Mode == ir.EndpointVIP && n.State == "running" && m.node.Runs(ir.ComponentAPIServer) {
+		if e := live.Endpoint; e.Mode == ir.EndpointVIP && n.State == "running" && m.node.Runs(ir.ComponentAPIServer) {
 			out, err := m.exec(ctx, "ip", "-o", "addr", "show", "to", e.Address.String())
 			if err == nil && strings.TrimSpace(string(out)) != "" {
 				s.VIPHolder = m.name
@@ -175,7 +198,7 @@ func (c *Cluster) Status(ctx context.Context) Status {
 		s.Unpullable = c.kube.unpullable(ctx)
 	}
 	if etcd, err := c.etcdClient(); err == nil {
-		for _, mem := range c.cfg.Cluster.Etcd.Members {
+		for _, mem := range live.Etcd.Members {
 			if etcd.leads(ctx, mem.ClientURL()) {
 				s.EtcdLeader = mem.Name
 				break
@@ -231,9 +254,33 @@ func (k *Control) Power(ctx context.Context, node, action string) (Status, error
 	return k.do(ctx, http.MethodPost, "/nodes/"+url.PathEscape(node)+"/"+action)
 }
 
+// AddMachine asks up to boot a machine for a node of a state, from the
+// tree WriteNodeTree laid, and returns the status after.
+func (k *Control) AddMachine(ctx context.Context, req MachineRequest) (Status, error) {
+	return k.send(ctx, http.MethodPut, "/machines/"+url.PathEscape(req.Node), req)
+}
+
+// RemoveMachine asks up to power a node's machine off and remove it, the
+// cluster going on as the state says.
+func (k *Control) RemoveMachine(ctx context.Context, req MachineRequest) (Status, error) {
+	return k.send(ctx, http.MethodDelete, "/machines/"+url.PathEscape(req.Node), req)
+}
+
 func (k *Control) do(ctx context.Context, method, path string) (Status, error) {
+	return k.send(ctx, method, path, nil)
+}
+
+func (k *Control) send(ctx context.Context, method, path string, body any) (Status, error) {
 	var s Status
-	req, err := http.NewRequestWithContext(ctx, method, "http://up"+path, nil)
+	var r io.Reader
+	if body != nil {
+		data, err := json.Marshal(body)
+		if err != nil {
+			return s, err
+		}
+		r = bytes.NewReader(data)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, "http://up"+path, r)
 	if err != nil {
 		return s, err
 	}
@@ -242,12 +289,12 @@ func (k *Control) do(ctx context.Context, method, path string) (Status, error) {
 		return s, fmt.Errorf("the kcompile up in %s: %w", k.work, err)
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	answer, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if err != nil {
 		return s, err
 	}
 	if resp.StatusCode != http.StatusOK {
-		return s, errors.New(strings.TrimSpace(string(body)))
+		return s, errors.New(strings.TrimSpace(string(answer)))
 	}
-	return s, json.NewDecoder(bytes.NewReader(body)).Decode(&s)
+	return s, json.NewDecoder(bytes.NewReader(answer)).Decode(&s)
 }

@@ -42,12 +42,15 @@ func (b *balancer) serve() {
 func (b *balancer) relay(c net.Conn) {
 	defer c.Close()
 	b.mu.Lock()
+	backends := b.backends
 	start := b.next
-	b.next = (b.next + 1) % len(b.backends)
+	if len(backends) > 0 {
+		b.next = (b.next + 1) % len(backends)
+	}
 	b.mu.Unlock()
 	var up net.Conn
-	for i := range b.backends {
-		be := b.backends[(start+i)%len(b.backends)]
+	for i := range backends {
+		be := backends[(start+i)%len(backends)]
 		conn, err := net.DialTimeout("tcp", be.String(), 2*time.Second)
 		if err == nil {
 			up = conn
@@ -70,6 +73,15 @@ func (b *balancer) relay(c net.Conn) {
 	go pipe(c, up)
 	<-done
 	<-done
+}
+
+// set replaces the API servers: connections open to a removed one end
+// with it.
+func (b *balancer) set(backends []netip.AddrPort) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.backends = backends
+	b.next = 0
 }
 
 // close stops accepting; open connections end with the API servers.

@@ -92,7 +92,7 @@ func TestCompiledFilesReachTheMachines(t *testing.T) {
 						// none of their files.
 						continue
 					}
-					if err := cl.layout(mach); err != nil {
+					if err := cl.layout(c, mach); err != nil {
 						t.Fatalf("%s: %v", mach.name, err)
 					}
 					checkMachineRoot(t, cl, mach)

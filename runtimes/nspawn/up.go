@@ -95,6 +95,10 @@ type Config struct {
 	// (nil: not recorded).
 	Spec   []byte
 	Issued time.Time
+	// Bound bounds the evaluation of a state kcompile apply sends (the
+	// states of the machines it adds and removes), as the command line
+	// bounds the spec's; nil: unbounded.
+	Bound func(eval func()) error
 }
 
 // Registry is the image registry up serves to the machines.
@@ -140,6 +144,13 @@ type Cluster struct {
 	kube *kube
 	// served says when the registry's images were built and served.
 	served chan served
+	// mmu guards the machines (p.machines), live and downed once the
+	// cluster runs: kcompile apply adds and removes machines (changing
+	// orders those) while the control socket and Down read them.
+	mmu, changing sync.Mutex
+	// live is the cluster as its machines now are: the booted one, or
+	// the state of the last machine apply added or removed.
+	live *ir.Cluster
 }
 
 // served is the end of the registry's start.
@@ -360,7 +371,7 @@ func Up(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 			return nil, fmt.Errorf("the host is not ready for this cluster; nothing was made:\n  %s", strings.Join(why, "\n  "))
 		}
 	}
-	c := &Cluster{cfg: cfg, p: p, events: make(chan *machine, len(p.machines)), start: cfg.Now(), lock: lock}
+	c := &Cluster{cfg: cfg, p: p, events: make(chan *machine, len(p.machines)), start: cfg.Now(), lock: lock, live: cfg.Cluster}
 	mirror, mirrorAdjust, err := c.mirrorAddress()
 	if err != nil {
 		return nil, err
@@ -625,7 +636,7 @@ func (c *Cluster) prepare(ctx context.Context) error {
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("interrupted while the machines were laid out: %w", err)
 		}
-		if err := c.layout(m); err != nil {
+		if err := c.layout(cfg.Cluster, m); err != nil {
 			return err
 		}
 	}
@@ -780,8 +791,9 @@ func (c *Cluster) bridge() error {
 
 // layout makes a machine's directory and writes up's files into its
 // upper layer (never into the tree), none at the path of a compiled file:
-// the machine sees every file of its node's tree as compiled.
-func (c *Cluster) layout(m *machine) error {
+// the machine sees every file of its node's tree as compiled. cl is the
+// cluster the machine's node belongs to.
+func (c *Cluster) layout(cl *ir.Cluster, m *machine) error {
 	m.dir = filepath.Join(c.cfg.Work, "machines", m.name)
 	m.done = make(chan struct{})
 	if err := c.mkdir(m.dir); err != nil {
@@ -800,7 +812,7 @@ func (c *Cluster) layout(m *machine) error {
 		m.lowers = append(m.lowers, c.binaries)
 	}
 	m.lowers = append(m.lowers, c.image)
-	files, err := c.adjust.machineFiles(c.cfg.Cluster, m)
+	files, err := c.adjust.machineFiles(cl, m)
 	if err != nil {
 		return err
 	}
@@ -833,8 +845,10 @@ func (c *Cluster) layout(m *machine) error {
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		if _, ok := c.cfg.Systemd.Get(layout.NodeTree(m.name, n)); ok {
-			return fmt.Errorf("kcompile bug: up would write its %s over node %s's compiled one", n, m.name)
+		if c.cfg.Target == pipeline.Systemd {
+			if _, err := os.Lstat(filepath.Join(m.lowers[0], n)); err == nil {
+				return fmt.Errorf("kcompile bug: up would write its %s over node %s's compiled one", n, m.name)
+			}
 		}
 		// A directory in the upper layer hides a symbolic link of the
 		// same name below it: lib/modules must land in usr/lib/modules
@@ -1203,12 +1217,19 @@ func (c *Cluster) Reboot(ctx context.Context, node string) error {
 }
 
 func (c *Cluster) machine(node string) *machine {
-	for _, m := range c.p.machines {
+	for _, m := range c.machines() {
 		if m.name == node {
 			return m
 		}
 	}
 	return nil
+}
+
+// machines are the cluster's machines as they are now.
+func (c *Cluster) machines() []*machine {
+	c.mmu.Lock()
+	defer c.mmu.Unlock()
+	return slices.Clone(c.p.machines)
 }
 
 // Wait runs the cluster until ctx ends. A machine that stops by itself
@@ -1236,7 +1257,7 @@ func (c *Cluster) stopAPIServers(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
 	var wg sync.WaitGroup
-	for _, m := range c.p.machines {
+	for _, m := range c.machines() {
 		if m.done == nil || m.cmd == nil || !m.node.Runs(ir.ComponentAPIServer) {
 			continue
 		}
@@ -1262,13 +1283,16 @@ func (c *Cluster) stopAPIServers(ctx context.Context) {
 // node stop` is the graceful power-off, which waits on the kubelets'
 // shutdown.
 func (c *Cluster) Down(ctx context.Context) error {
-	if c.downed {
+	c.mmu.Lock()
+	downed := c.downed
+	c.downed = true
+	c.mmu.Unlock()
+	if downed {
 		return nil
 	}
-	c.downed = true
 	c.stopAPIServers(ctx)
 	var wg sync.WaitGroup
-	for _, m := range c.p.machines {
+	for _, m := range c.machines() {
 		if m.done == nil || m.cmd == nil {
 			continue
 		}

@@ -1,0 +1,268 @@
+package nspawn
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/kcompile/kcompile/internal/fixture"
+)
+
+// quorumWatch asks etcd every 250 ms for its members (through the first
+// member that answers) and for each member's health, and keeps the
+// samples in which the healthy members were not a majority of the
+// members etcd listed.
+type quorumWatch struct {
+	mu      sync.Mutex
+	samples int
+	lost    []string
+	sizes   map[int]bool
+	cancel  context.CancelFunc
+	done    chan struct{}
+}
+
+func watchQuorum(ctx context.Context, e *etcdHealth, clientURLs []string) *quorumWatch {
+	ctx, cancel := context.WithCancel(ctx)
+	q := &quorumWatch{cancel: cancel, done: make(chan struct{}), sizes: map[int]bool{}}
+	go func() {
+		defer close(q.done)
+		for ctx.Err() == nil {
+			rctx, rcancel := context.WithTimeout(ctx, 2*time.Second)
+			var list []etcdMember
+			var err error
+			for _, u := range clientURLs {
+				if list, err = e.members(rctx, u); err == nil {
+					break
+				}
+			}
+			healthy := 0
+			for _, m := range list {
+				for _, u := range m.ClientURLs {
+					if e.healthy(rctx, u) {
+						healthy++
+						break
+					}
+				}
+			}
+			rcancel()
+			if ctx.Err() != nil {
+				break
+			}
+			q.mu.Lock()
+			q.samples++
+			q.sizes[len(list)] = true
+			if err != nil || healthy <= len(list)/2 {
+				q.lost = append(q.lost, fmt.Sprintf("%s: %d of %d members healthy (%v)", time.Now().Format("15:04:05.000"), healthy, len(list), err))
+			}
+			q.mu.Unlock()
+			select {
+			case <-ctx.Done():
+			case <-time.After(250 * time.Millisecond):
+			}
+		}
+	}()
+	return q
+}
+
+func (q *quorumWatch) stop() {
+	q.cancel()
+	<-q.done
+}
+
+// TestUpApplyMachines grows and shrinks the highly available cluster
+// (three control-plane nodes holding the VIP, one worker) with apply
+// while a Deployment behind a PodDisruptionBudget serves and etcd's
+// quorum is sampled: first to five control-plane nodes (etcd 3 → 5,
+// each member added before its machine boots with the membership of its
+// step) and a second worker; then back to three, cp3 replaced at a new
+// address (member removed, then added there), the second worker and
+// cp4, cp5 removed. After each change every member is healthy, the
+// cluster's machines, Nodes and members are the spec's, nothing of a
+// removed machine stays on the host, and a second apply finds the nodes'
+// files to be the new build.
+func TestUpApplyMachines(t *testing.T) {
+	dir := fixture.Path("runtimes/nspawn/testdata/vip")
+	e := bootForApply(t, dir, "")
+	k := admin(t, e.c)
+	ctx := context.Background()
+	if _, err := k.apply(ctx, "web", []byte(workloadHA)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 2*time.Minute, "web's two replicas available", func() error {
+		var d appsv1.Deployment
+		if err := k.get(ctx, "/apis/apps/v1/namespaces/default/deployments/web", &d); err != nil {
+			return err
+		}
+		if d.Status.AvailableReplicas < 2 {
+			return fmt.Errorf("%d available", d.Status.AvailableReplicas)
+		}
+		return nil
+	})
+	etcd, err := e.c.etcdClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var urls []string
+	for _, last := range []string{"11", "12", "13", "14", "15", "16"} {
+		urls = append(urls, "https://10.78.0."+last+":2379")
+	}
+	cp := func(name, last, zone string) string {
+		return fmt.Sprintf("\t\t%s: {address: \"10.78.0.%s\", mac: \"52:54:00:78:00:%s\", zone: %q}\n", name, last, last, zone)
+	}
+	grown := specDir(t, dir, [][2]string{
+		{cp("cp3", "13", "c"), cp("cp3", "13", "c") + cp("cp4", "14", "d") + cp("cp5", "15", "e")},
+		{`workers: nodes: w1: {address: "10.78.0.21", mac: "52:54:00:78:00:21"}`,
+			"workers: nodes: {\n\tw1: {address: \"10.78.0.21\", mac: \"52:54:00:78:00:21\"}\n\tw2: {address: \"10.78.0.22\", mac: \"52:54:00:78:00:22\"}\n}"},
+	}, nil)
+	shrunk := specDir(t, dir, [][2]string{{cp("cp3", "13", "c"), cp("cp3", "16", "c")}}, nil)
+
+	change := func(name, to string, wantSteps []string, nodes []string, members map[string]string) {
+		t.Helper()
+		p := e.plan(to)
+		var got []string
+		for _, s := range steps(p) {
+			got = append(got, strings.SplitN(s, " [", 2)[0]+" "+strings.SplitN(strings.SplitN(s, "[", 2)[1], "]", 2)[0])
+		}
+		if !slices.Equal(got, wantSteps) {
+			t.Fatalf("%s: plan %q, want %q", name, got, wantSteps)
+		}
+		q := watchQuorum(ctx, etcd, urls)
+		client := startSteady(ctx, k, "web", "web")
+		log := &stopAt{}
+		begin := time.Now()
+		err := e.apply(ctx, p, to, log, "", false, false)
+		client.stop()
+		q.stop()
+		t.Logf("%s: apply took %s:\n%s", name, time.Since(begin).Round(time.Second), log)
+		t.Logf("%s: API through the VIP: %d answered, %d failed, longest wait %s; failures: %q", name, client.ok, client.fail, client.longest.Round(10*time.Millisecond), client.errs)
+		t.Logf("%s: etcd sampled %d times, memberships seen %v", name, q.samples, slices.Sorted(maps.Keys(q.sizes)))
+		if err != nil {
+			t.Fatalf("%s: apply: %v", name, err)
+		}
+		if len(q.lost) > 0 {
+			t.Errorf("%s: etcd without quorum: %q", name, q.lost)
+		}
+		if len(client.unavailable) > 0 {
+			t.Errorf("%s: the Deployment's budget did not hold: %q", name, client.unavailable)
+		}
+		// The machines, Nodes and members are the spec's.
+		var running []string
+		for _, n := range e.c.Status(ctx).Nodes {
+			if n.State == "running" {
+				running = append(running, n.Name)
+			}
+		}
+		slices.Sort(running)
+		if !slices.Equal(running, nodes) {
+			t.Errorf("%s: machines running %v, want %v", name, running, nodes)
+		}
+		eventually(t, 2*time.Minute, name+": every Node Ready", func() error {
+			var list corev1.NodeList
+			if err := k.get(ctx, "/api/v1/nodes", &list); err != nil {
+				return err
+			}
+			var ready []string
+			for _, n := range list.Items {
+				if !nodeReady(n) {
+					return fmt.Errorf("%s not Ready", n.Name)
+				}
+				ready = append(ready, n.Name)
+			}
+			slices.Sort(ready)
+			if !slices.Equal(ready, nodes) {
+				return fmt.Errorf("Nodes %v, want %v", ready, nodes)
+			}
+			return nil
+		})
+		list, err := etcd.members(ctx, urls[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = nil
+		for _, m := range list {
+			got = append(got, m.Name+"="+strings.Join(m.PeerURLs, ","))
+			for _, u := range m.ClientURLs {
+				if !etcd.healthy(ctx, u) {
+					t.Errorf("%s: member %s is not healthy", name, m.Name)
+				}
+			}
+		}
+		slices.Sort(got)
+		var want []string
+		for n, a := range members {
+			want = append(want, n+"=https://"+a+":2380")
+		}
+		slices.Sort(want)
+		if !slices.Equal(got, want) {
+			t.Errorf("%s: etcd members %q, want %q", name, got, want)
+		}
+		again := &stopAt{}
+		if err := e.apply(ctx, e.plan(to), to, again, "", false, false); err != nil || !strings.Contains(again.String(), "nothing to apply") {
+			t.Errorf("%s: a second apply: %v\n%s", name, err, again)
+		}
+	}
+
+	change("grow", grown,
+		[]string{"add control-plane cp4", "add control-plane cp5", "add workers w2",
+			"etcd cp1", "etcd cp2", "etcd cp3", "etcd cp4", "node cp1", "node cp2", "node cp3", "node cp4", "addons "},
+		[]string{"cp1", "cp2", "cp3", "cp4", "cp5", "w1", "w2"},
+		map[string]string{"cp1": "10.78.0.11", "cp2": "10.78.0.12", "cp3": "10.78.0.13", "cp4": "10.78.0.14", "cp5": "10.78.0.15"})
+	change("shrink", shrunk,
+		[]string{"remove control-plane cp3", "add control-plane cp3", "remove workers w2", "remove control-plane cp4", "remove control-plane cp5",
+			"etcd cp1", "etcd cp2", "etcd cp3", "node cp1", "node cp2", "node cp3", "addons "},
+		[]string{"cp1", "cp2", "cp3", "w1"},
+		map[string]string{"cp1": "10.78.0.11", "cp2": "10.78.0.12", "cp3": "10.78.0.16"})
+
+	// Nothing of the removed machines stays: no namespace, link,
+	// directory or cgroup, and the journal names none of them.
+	st, err := ReadState(e.work)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, gone := range []string{"cp4", "cp5", "w2"} {
+		if netnsExists(e.c.p.bridge + "-" + gone) {
+			t.Errorf("the namespace of %s stays", gone)
+		}
+		if _, err := os.Stat(filepath.Join(e.work, "machines", gone)); !os.IsNotExist(err) {
+			t.Errorf("the machine directory of %s stays: %v", gone, err)
+		}
+		if _, err := os.Stat(nodeTreeDir(e.work, gone)); !os.IsNotExist(err) {
+			t.Errorf("the tree of %s stays: %v", gone, err)
+		}
+		for _, dir := range machineCgroups(e.c.adjust.cgroups, e.c.p.bridge, gone) {
+			if _, err := os.Stat(dir); !os.IsNotExist(err) {
+				t.Errorf("the cgroup %s stays: %v", dir, err)
+			}
+		}
+		for _, r := range st.Resources {
+			if strings.HasSuffix(r.Name, "/"+gone) || strings.HasSuffix(r.Name, "-"+gone) || r.Name == gone {
+				t.Errorf("the journal still names %s: %+v", gone, r)
+			}
+		}
+	}
+	var links int
+	for _, r := range st.Resources {
+		if r.Kind == KindLink && r.Name != e.c.p.bridge {
+			links++
+		}
+	}
+	if links != 4 {
+		t.Errorf("the journal lists %d machine links, want 4", links)
+	}
+	if holder := e.c.Status(ctx).VIPHolder; !slices.Contains([]string{"cp1", "cp2", "cp3"}, holder) {
+		t.Errorf("the VIP is held by %q", holder)
+	}
+	if !k.ready(ctx) {
+		t.Error("the API does not answer through the VIP")
+	}
+}
