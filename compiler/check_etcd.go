@@ -2,6 +2,7 @@ package compiler
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -18,6 +19,7 @@ const (
 	CodeEtcdNoMembers   = "KC0407"
 	CodeEtcdTooMany     = "KC0408"
 	CodeEtcdStackedAddr = "KC0409"
+	CodeEtcdJoining     = "KC0410"
 )
 
 func etcdFamily() family {
@@ -31,6 +33,7 @@ func etcdFamily() family {
 		rule(CodeEtcdNoMembers, diag.Error, "the etcd topology is external but no member is declared"),
 		rule(CodeEtcdTooMany, diag.Warning, "etcd has more than 7 members: every write waits for a majority"),
 		rule(CodeEtcdStackedAddr, diag.Error, "a stacked etcd member sets its own address, MAC, zone or rack instead of its node's"),
+		rule(CodeEtcdJoining, diag.Error, "etcd.joining names no member of the cluster, or every member: a member joins one that runs"),
 	}}
 }
 
@@ -75,6 +78,7 @@ func checkEtcd(m *model) {
 	}
 	members := m.etcdMembers()
 	n := len(members)
+	checkJoining(m, members)
 	if n == 0 || invalid {
 		// Counting the members that remain would misstate the topology
 		// the user wrote.
@@ -135,5 +139,39 @@ func domainLoss(m *model, members []etcdMember, kind, code string, of func(etcdM
 		m.report(code, paths[0], fmt.Sprintf("losing %s %s loses etcd quorum: it holds %d of %d members (%s) and %d are needed",
 			kind, diag.Quote(d), len(lost), len(members), strings.Join(names, ", "), q),
 			fmt.Sprintf("spread the members so that no %s holds %d or more of them", kind, len(members)-q+1), paths[1:]...)
+	}
+}
+
+// checkJoining holds etcd.joining to the members: each a member, and at
+// least one member not joining, whose cluster the others join.
+func checkJoining(m *model, members []etcdMember) {
+	joining := m.spec.Etcd.Joining
+	if len(joining) == 0 {
+		return
+	}
+	names := map[string]bool{}
+	for _, e := range members {
+		names[e.name] = true
+	}
+	for i, j := range joining {
+		if !names[j] {
+			var all []string
+			for _, e := range members {
+				all = append(all, e.name)
+			}
+			m.report(CodeEtcdJoining, fmt.Sprintf("etcd.joining[%d]", i), fmt.Sprintf("etcd.joining names %s, which is no etcd member", diag.Quote(j)),
+				"name members of the cluster ("+strings.Join(all, ", ")+"), or remove it")
+			return
+		}
+	}
+	staying := 0
+	for _, e := range members {
+		if !slices.Contains(joining, e.name) {
+			staying++
+		}
+	}
+	if staying == 0 {
+		m.report(CodeEtcdJoining, "etcd.joining", "every etcd member is joining: none runs the cluster they would join",
+			"leave out of etcd.joining the members that bootstrap the cluster (a first boot joins none)")
 	}
 }

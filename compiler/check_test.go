@@ -265,6 +265,14 @@ workers: pools: w: {count: 23, firstAddress: "10.0.1.1"}`,
 			pass: haNet + `etcd: members: {cp1: {}, cp2: {}, cp3: {}}`,
 			fail: haNet + `etcd: members: {cp1: {zone: "a"}, cp2: {}, cp3: {}}`,
 			path: "etcd.members.cp1.zone", pos: "14:29"},
+		{code: CodeEtcdJoining, // a name that is no member, then every member
+			pass: haNet + `etcd: joining: ["cp3"]`,
+			fail: haNet + `etcd: joining: ["cp3", "cp9"]`,
+			path: "etcd.joining[1]", pos: "14:24"},
+		{code: CodeEtcdJoining,
+			pass: haNet + `etcd: joining: ["cp2", "cp3"]`,
+			fail: haNet + `etcd: joining: ["cp1", "cp2", "cp3"]`,
+			path: "etcd.joining", pos: "14:16"},
 
 		// control plane
 		{code: CodeNoControlPlane, // nothing is written under controlPlane: reported at the package clause

@@ -293,7 +293,8 @@ func lowerEtcd(m *model, nodes []ir.Node, members []etcdMember) ir.Etcd {
 	}
 	for _, mem := range members {
 		n := byName[mem.name]
-		e.Members = append(e.Members, ir.EtcdMember{Name: mem.name, Node: n.Name, Address: n.Address(), Zone: mem.zone, Rack: mem.rack})
+		e.Members = append(e.Members, ir.EtcdMember{Name: mem.name, Node: n.Name, Address: n.Address(), Zone: mem.zone, Rack: mem.rack,
+			Joining: slices.Contains(s.Joining, mem.name)})
 	}
 	return e
 }

@@ -164,6 +164,7 @@ type specEtcd struct {
 	Topology          string                    `json:"topology"`
 	Version           string                    `json:"version"`
 	Members           map[string]specEtcdMember `json:"members"`
+	Joining           []string                  `json:"joining"`
 	QuotaBackendBytes int64                     `json:"quotaBackendBytes"`
 	SnapshotCount     int                       `json:"snapshotCount"`
 }

@@ -215,15 +215,23 @@ func TestGrowEtcdThreeToFive(t *testing.T) {
 	if len(adds[1].Warnings) != 0 {
 		t.Errorf("five members: %v", adds[1].Warnings)
 	}
-	// cp4 booted with the four-member flags, so it restarts onto NEW's
-	// files like the three old members; cp5 booted with NEW's.
+	// Each added member boots joining the running cluster (etcd.joining,
+	// in its step's state alone: --initial-cluster-state=existing) with
+	// the membership of its step, so it restarts onto NEW's files, like
+	// the three old members.
+	for i, want := range []string{"[cp4]", "[cp5]"} {
+		etcd, _ := adds[i].State["etcd"].(map[string]any)
+		if got := fmt.Sprint(etcd["joining"]); got != want {
+			t.Errorf("add %d's state: etcd.joining %s, want %s", i+1, got, want)
+		}
+	}
 	var restarted []string
 	for _, s := range steps(p) {
 		if s.Kind == "etcd" {
 			restarted = append(restarted, strings.Join(s.Nodes, " "))
 		}
 	}
-	if want := []string{"cp1", "cp2", "cp3", "cp4"}; !slices.Equal(restarted, want) {
+	if want := []string{"cp1", "cp2", "cp3", "cp4", "cp5"}; !slices.Equal(restarted, want) {
 		t.Errorf("etcd restarts onto NEW's files: %v, want %v", restarted, want)
 	}
 }

@@ -105,6 +105,10 @@ func (b *builder) addOne(st *Stage, n ir.Node, rule string) error {
 	if n.RunsPods() {
 		gates = append(gates, n.Name+" Ready")
 	}
+	if m, ok := b.w.etcdMember(n); ok {
+		b.w.joinNow = m.Name
+		defer func() { b.w.joinNow = "" }()
+	}
 	return b.step(st, Step{Kind: "add " + string(n.Role), Nodes: []string{n.Name}, Rule: rule, Actions: actions, Gates: gates, Tolerate: membership(n)})
 }
 

@@ -70,6 +70,8 @@ type world struct {
 	// fresh are the nodes this plan boots: their files are already the
 	// change's, and they need no restart for it.
 	fresh map[string]bool
+	// joinNow is the etcd member the step being made adds.
+	joinNow string
 	// added are NEW's nodes OLD does not have (by name and address), in
 	// NEW's order; removed OLD's that NEW does not have, in OLD's; moved
 	// the names on both lists (a member whose address changes).
@@ -182,14 +184,34 @@ func (w *world) etcdMember(n ir.Node) (ir.EtcdMember, bool) {
 	return ir.EtcdMember{}, false
 }
 
+// joining lists in etcd.joining the member the step being made adds:
+// it starts by joining the running cluster, not by bootstrapping one.
+// Later states leave it out (etcd reads the flag only while the member's
+// data directory is empty): the member restarts onto NEW's files.
+func (w *world) joining(d map[string]any) {
+	if w.joinNow == "" {
+		return
+	}
+	var names []any
+	if had, ok := get(d, "etcd", "joining").([]any); ok {
+		names = had
+	}
+	if !slices.Contains(names, any(w.joinNow)) {
+		set(d, append(names, w.joinNow), "etcd", "joining")
+	}
+}
+
 // data is the spec of the world: NEW's, edited where the world is not
 // NEW yet.
 func (w *world) data() map[string]any {
 	if w.final() {
-		return clone(w.in.New.Data)
+		d := clone(w.in.New.Data)
+		w.joining(d)
+		return d
 	}
 	d := clone(w.in.New.Data)
 	w.topology(d)
+	w.joining(d)
 	w.versions(d)
 	set(d, w.etcd, "etcd", "version")
 	if !w.addon && w.addonsChange() {

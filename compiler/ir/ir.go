@@ -372,6 +372,9 @@ type EtcdMember struct {
 	Address netip.Addr
 	Zone    string
 	Rack    string
+	// Joining says the member joins a cluster already running
+	// (--initial-cluster-state=existing).
+	Joining bool
 }
 
 // The ports etcd members listen on.

@@ -214,7 +214,7 @@ func TestUpApplyMachines(t *testing.T) {
 
 	change("grow", grown,
 		[]string{"add control-plane cp4", "add control-plane cp5", "add workers w2",
-			"etcd cp1", "etcd cp2", "etcd cp3", "etcd cp4", "node cp1", "node cp2", "node cp3", "node cp4", "addons "},
+			"etcd cp1", "etcd cp2", "etcd cp3", "etcd cp4", "etcd cp5", "node cp1", "node cp2", "node cp3", "node cp4", "addons "},
 		[]string{"cp1", "cp2", "cp3", "cp4", "cp5", "w1", "w2"},
 		map[string]string{"cp1": "10.78.0.11", "cp2": "10.78.0.12", "cp3": "10.78.0.13", "cp4": "10.78.0.14", "cp5": "10.78.0.15"})
 	change("shrink", shrunk,

@@ -77,7 +77,7 @@ func etcdArgs(c *ir.Cluster, m ir.EtcdMember, l placement) []string {
 		flag("listen-peer-urls", m.PeerURL()),
 		flag("initial-advertise-peer-urls", m.PeerURL()),
 		flag("initial-cluster", c.Etcd.InitialCluster()),
-		flag("initial-cluster-state", "new"),
+		flag("initial-cluster-state", initialState(m)),
 		flag("initial-cluster-token", c.Name),
 		flag("listen-metrics-urls", "http://"+net.JoinHostPort(l.loopback.String(), "2381")),
 		flag("cert-file", l.at(layout.CertFile(layout.EtcdServerStem))),
@@ -315,3 +315,12 @@ func kubeletArgs(n ir.Node, l placement) []string {
 }
 
 // program is the path of a component's binary.
+
+// initialState is etcd's --initial-cluster-state: new for the members
+// that bootstrap the cluster, existing for one that joins it.
+func initialState(m ir.EtcdMember) string {
+	if m.Joining {
+		return "existing"
+	}
+	return "new"
+}
