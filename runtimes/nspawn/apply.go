@@ -202,8 +202,10 @@ type applier struct {
 	etcd  *etcdHealth
 	steps []change.Step
 	log   func(format string, a ...any)
-	// leaders are the machines' init processes, by node name.
-	leaders map[string]int
+	// machines are the machines' processes (systemd-nspawn's), by node
+	// name: a machine's init is their child (firstChild), read at each
+	// use, as a machine just booted may not have it yet.
+	machines map[string]int
 	// addrs are the nodes' primary addresses, for SSH; conns the nodes
 	// reached over it.
 	addrs map[string]string
@@ -224,7 +226,7 @@ func Apply(ctx context.Context, cfg ApplyConfig) error {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	a := &applier{cfg: cfg, leaders: map[string]int{}, addrs: map[string]string{}, conns: map[string]nodeAccess{}}
+	a := &applier{cfg: cfg, machines: map[string]int{}, addrs: map[string]string{}, conns: map[string]nodeAccess{}}
 	defer a.closeAll()
 	for _, n := range cfg.Old.Nodes {
 		a.addrs[n.Name] = n.Address().String()
@@ -239,9 +241,7 @@ func Apply(ctx context.Context, cfg ApplyConfig) error {
 	if cfg.Running.state != nil {
 		for _, r := range cfg.Running.state.Resources {
 			if r.Kind == KindProcess && r.alive() {
-				if pid := firstChild(r.PID); pid > 0 {
-					a.leaders[r.Name] = pid
-				}
+				a.machines[r.Name] = r.PID
 			}
 		}
 	}
@@ -461,10 +461,14 @@ func (a *applier) node(ctx context.Context, name string) (nodeAccess, error) {
 		a.conns[name] = at
 		return at, nil
 	}
-	if a.leaders[name] == 0 {
+	pid := 0
+	if p, ok := a.machines[name]; ok {
+		pid = firstChild(p)
+	}
+	if pid == 0 {
 		return nil, fmt.Errorf("node %s is not running: kcompile node start %s --work %s, then apply again", name, name, a.cfg.Running.Work)
 	}
-	return machineAccess{name: name, pid: a.leaders[name]}, nil
+	return machineAccess{name: name, pid: pid}, nil
 }
 
 // run runs a command on a node, as root.
@@ -482,7 +486,7 @@ func (a *applier) forget(name string) {
 		_ = at.close()
 		delete(a.conns, name)
 	}
-	delete(a.leaders, name)
+	delete(a.machines, name)
 	delete(a.addrs, name)
 }
 

@@ -88,7 +88,7 @@ func (a *applier) add(ctx context.Context, s change.Step, c *ir.Cluster, tree *t
 	}
 	booted := map[string]time.Time{}
 	for _, name := range s.Nodes {
-		if a.leaders[name] != 0 {
+		if _, ok := a.machines[name]; ok {
 			// An apply that resumes: the machine booted before it stopped.
 			a.log("  %s: runs already", name)
 			continue
@@ -114,13 +114,14 @@ func (a *applier) add(ctx context.Context, s change.Step, c *ir.Cluster, tree *t
 		if err != nil {
 			return fmt.Errorf("booting a machine for %s: %v", name, err)
 		}
+		i := slices.IndexFunc(st.Nodes, func(ns NodeStatus) bool { return ns.Name == name && ns.PID > 0 })
+		if i < 0 {
+			return fmt.Errorf("up booted no machine for %s", name)
+		}
+		a.machines[name], a.addrs[name] = st.Nodes[i].PID, nodes[name].Address().String()
 		if err := a.await(ctx, "machine "+name+" running", func() (bool, string) {
-			for _, ns := range st.Nodes {
-				if ns.Name == name && ns.PID > 0 {
-					a.leaders[name], a.addrs[name] = firstChild(ns.PID), nodes[name].Address().String()
-				}
-			}
-			return a.leaders[name] > 0, "its init has not started"
+			_, err := a.run(ctx, name, "true")
+			return err == nil, fmt.Sprint(err)
 		}); err != nil {
 			return err
 		}

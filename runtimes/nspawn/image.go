@@ -22,9 +22,9 @@ import (
 // needs from its operating system (systemd as init, iproute2, nftables
 // for kube-proxy, kmod for modules-load.d, curl for install units that
 // download, ca-certificates), and cloud-init for the cloud-init target
-// with sshd, which a node image carries for the spec's access.users, and
-// keepalived and HAProxy, which serve the API endpoint in modes vip and
-// nodeLocal.
+// with sshd and sudo, which a node image carries for the spec's
+// access.users, and keepalived and HAProxy, which serve the API endpoint
+// in modes vip and nodeLocal.
 const (
 	imageSuite = "bookworm"
 	// imageRevision changes when what build writes changes, so that a
@@ -39,8 +39,10 @@ var imagePackages = []string{
 
 // chrootPackages are installed after debootstrap, with apt-get in the
 // new root: debootstrap's own resolver cannot order cloud-init's Python
-// dependencies.
-var chrootPackages = []string{"cloud-init", "openssh-server", "keepalived", "haproxy"}
+// dependencies. sudo, which cloud-init only recommends, is what its
+// access users' sudo rule (and kcompile apply over SSH) runs, as on a
+// distribution's cloud image.
+var chrootPackages = []string{"cloud-init", "openssh-server", "sudo", "keepalived", "haproxy"}
 
 // imageKey names a cached image by its recipe and mirror.
 func imageKey(mirror string) string {
