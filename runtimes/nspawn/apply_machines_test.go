@@ -12,10 +12,7 @@ import (
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-
-	"github.com/kcompile/kcompile/internal/fixture"
 )
 
 // quorumWatch asks etcd every 250 ms for its members (through the first
@@ -79,35 +76,20 @@ func (q *quorumWatch) stop() {
 	<-q.done
 }
 
-// TestUpApplyMachines grows and shrinks the highly available cluster
-// (three control-plane nodes holding the VIP, one worker) with apply
-// while a Deployment behind a PodDisruptionBudget serves and etcd's
-// quorum is sampled: first to five control-plane nodes (etcd 3 → 5,
-// each member added before its machine boots with the membership of its
-// step) and a second worker; then back to three, cp3 replaced at a new
-// address (member removed, then added there), the second worker and
-// cp4, cp5 removed. After each change every member is healthy, the
-// cluster's machines, Nodes and members are the spec's, nothing of a
-// removed machine stays on the host, and a second apply finds the nodes'
-// files to be the new build.
-func TestUpApplyMachines(t *testing.T) {
-	dir := fixture.Path("runtimes/nspawn/testdata/vip")
-	e := bootForApply(t, dir, "")
-	k := admin(t, e.c)
+// growAndShrink goes on from TestUpApplyVersionHA, on its highly
+// available cluster (three control-plane nodes holding the VIP, a worker
+// in pool blue as w1 and one in pool green; the spec in dir), with apply
+// changing machines while the Deployment behind its PodDisruptionBudget
+// serves and etcd's quorum is sampled: first to five control-plane
+// nodes (etcd 3 -> 5, each member added before its machine boots, joining
+// with the membership of its step) and a second worker in pool blue;
+// then back to three, cp3 replaced at a new address (member removed,
+// then added there), the second worker and cp4, cp5 removed. After each
+// change every member is healthy, the cluster's machines, Nodes and
+// members are the spec's, nothing of a removed machine stays on the
+// host, and a second apply finds the nodes' files to be the new build.
+func growAndShrink(t *testing.T, e *applyEnv, k *kube, dir string) {
 	ctx := context.Background()
-	if _, err := k.apply(ctx, "web", []byte(workloadHA)); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, 2*time.Minute, "web's two replicas available", func() error {
-		var d appsv1.Deployment
-		if err := k.get(ctx, "/apis/apps/v1/namespaces/default/deployments/web", &d); err != nil {
-			return err
-		}
-		if d.Status.AvailableReplicas < 2 {
-			return fmt.Errorf("%d available", d.Status.AvailableReplicas)
-		}
-		return nil
-	})
 	etcd, err := e.c.etcdClient()
 	if err != nil {
 		t.Fatal(err)
@@ -121,8 +103,8 @@ func TestUpApplyMachines(t *testing.T) {
 	}
 	grown := specDir(t, dir, [][2]string{
 		{cp("cp3", "13", "c"), cp("cp3", "13", "c") + cp("cp4", "14", "d") + cp("cp5", "15", "e")},
-		{`workers: nodes: w1: {address: "10.78.0.21", mac: "52:54:00:78:00:21"}`,
-			"workers: nodes: {\n\tw1: {address: \"10.78.0.21\", mac: \"52:54:00:78:00:21\"}\n\tw2: {address: \"10.78.0.22\", mac: \"52:54:00:78:00:22\"}\n}"},
+		{`blue: {count: 1, namePattern: "w%d", firstAddress: "10.78.0.21", macs: ["52:54:00:78:00:21"]}`,
+			`blue: {count: 2, namePattern: "w%d", firstAddress: "10.78.0.21", macs: ["52:54:00:78:00:21", "52:54:00:78:00:22"]}`},
 	}, nil)
 	shrunk := specDir(t, dir, [][2]string{{cp("cp3", "13", "c"), cp("cp3", "16", "c")}}, nil)
 
@@ -215,12 +197,12 @@ func TestUpApplyMachines(t *testing.T) {
 	change("grow", grown,
 		[]string{"add control-plane cp4", "add control-plane cp5", "add workers w2",
 			"etcd cp1", "etcd cp2", "etcd cp3", "etcd cp4", "etcd cp5", "node cp1", "node cp2", "node cp3", "node cp4", "addons "},
-		[]string{"cp1", "cp2", "cp3", "cp4", "cp5", "w1", "w2"},
+		[]string{"cp1", "cp2", "cp3", "cp4", "cp5", "g1", "w1", "w2"},
 		map[string]string{"cp1": "10.78.0.11", "cp2": "10.78.0.12", "cp3": "10.78.0.13", "cp4": "10.78.0.14", "cp5": "10.78.0.15"})
 	change("shrink", shrunk,
 		[]string{"remove control-plane cp3", "add control-plane cp3", "remove workers w2", "remove control-plane cp4", "remove control-plane cp5",
 			"etcd cp1", "etcd cp2", "etcd cp3", "node cp1", "node cp2", "node cp3", "addons "},
-		[]string{"cp1", "cp2", "cp3", "w1"},
+		[]string{"cp1", "cp2", "cp3", "g1", "w1"},
 		map[string]string{"cp1": "10.78.0.11", "cp2": "10.78.0.12", "cp3": "10.78.0.16"})
 
 	// Nothing of the removed machines stays: no namespace, link,
@@ -256,8 +238,8 @@ func TestUpApplyMachines(t *testing.T) {
 			links++
 		}
 	}
-	if links != 4 {
-		t.Errorf("the journal lists %d machine links, want 4", links)
+	if links != 5 {
+		t.Errorf("the journal lists %d machine links, want 5", links)
 	}
 	if holder := e.c.Status(ctx).VIPHolder; !slices.Contains([]string{"cp1", "cp2", "cp3"}, holder) {
 		t.Errorf("the VIP is held by %q", holder)

@@ -542,7 +542,8 @@ func kubeletsAgainst(t *testing.T, c *Cluster, node string) (checked int, newer 
 // API server after a step nor ever reached one of an older minor (every
 // kubelet request in the API servers' audit logs), that etcd and
 // containerd never restarted, and that every component runs 1.37.2 at
-// the end, the nodes' files the new build.
+// the end, the nodes' files the new build. Then it changes the
+// cluster's machines (growAndShrink).
 func TestUpApplyVersionHA(t *testing.T) {
 	pools := [2]string{`workers: nodes: w1: {address: "10.78.0.21", mac: "52:54:00:78:00:21"}`, `workers: pools: {
 	blue: {count: 1, namePattern: "w%d", firstAddress: "10.78.0.21", macs: ["52:54:00:78:00:21"]}
@@ -654,4 +655,9 @@ func TestUpApplyVersionHA(t *testing.T) {
 	if err := e.apply(ctx, e.plan(dir), dir, again, ".bin/node", false, false); err != nil || !strings.Contains(again.String(), "nothing to apply") {
 		t.Errorf("a second apply: %v\n%s", err, again)
 	}
+	if t.Failed() {
+		return
+	}
+	// The same cluster, one boot for both: machines added and removed.
+	growAndShrink(t, e, k, dir)
 }
