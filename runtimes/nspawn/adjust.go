@@ -101,6 +101,8 @@ type adjustments struct {
 	// files are written into every machine's upper layer, by
 	// root-relative path.
 	files map[string][]byte
+	// hosts is every machine's /etc/hosts but its own name's line.
+	hosts string
 	// overrides are the changes to the compiled files of the nodes that
 	// run pods, made by files the systemd target renders beside them.
 	overrides systemd.UpOverrides
@@ -215,17 +217,19 @@ func decide(c *ir.Cluster, p *plan, h hostFacts, target pipeline.Target, mirror 
 	a.files[layout.ResolvConf] = resolvConf(c, p)
 	a.add("resolv-conf", layout.Abs(layout.ResolvConf)+" written in each machine ("+strings.TrimSpace(strings.ReplaceAll(string(a.files[layout.ResolvConf]), "\n", "; "))+")",
 		"a host's resolver configuration is the installed system's business, not the tree's; the spec's network.nameservers, or else the gateway")
-	if len(p.hosts) > 0 {
-		hosts := "# Written by kcompile up.\n" + localHosts
-		var names []string
-		for _, e := range p.hosts {
-			hosts += e.addr.String() + "\t" + e.name + "\n"
-			names = append(names, e.name+" "+e.addr.String())
-		}
-		a.files[layout.Hosts] = []byte(hosts)
-		a.add("hosts", layout.Abs(layout.Hosts)+" written in each machine, naming "+strings.Join(names, ", "),
-			"the endpoint is given by name and the machines resolve no names; the address is what the name resolves to on this host")
+	a.hosts = "# Written by kcompile up.\n" + localHosts
+	what, why := layout.Abs(layout.Hosts)+" written in each machine, naming the machine at its address",
+		"the machines resolve no names, and programs look their own up (sudo waits 20 s for the answer otherwise), as an installed system's /etc/hosts answers"
+	var names []string
+	for _, e := range p.hosts {
+		a.hosts += e.addr.String() + "\t" + e.name + "\n"
+		names = append(names, e.name+" "+e.addr.String())
 	}
+	if len(names) > 0 {
+		what += ", and " + strings.Join(names, ", ")
+		why += "; the endpoint is given by name, and its address is what the name resolves to on this host"
+	}
+	a.add("hosts", what, why)
 	if target != pipeline.CloudInit {
 		a.files[layout.CloudInitOff] = []byte("# kcompile up: the systemd target carries no cloud-init seed.\n")
 		a.add("cloud-init-disabled", "cloud-init disabled ("+layout.CloudInitOff+")",
@@ -293,6 +297,7 @@ func (a *adjustments) containerdWhy(why string) {
 // with zero systemd.Options that up boots.
 func (a *adjustments) machineFiles(c *ir.Cluster, m *machine) (map[string][]byte, error) {
 	files := maps.Clone(a.files)
+	files[layout.Hosts] = []byte(a.hosts + m.node.Address().String() + "\t" + m.name + "\n")
 	if !m.node.RunsPods() {
 		return files, nil
 	}

@@ -420,12 +420,13 @@ func (a *applier) changes(ctx context.Context, n ir.Node, c *ir.Cluster, prev, t
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	for _, p := range slices.Sorted(maps.Keys(want)) {
-		data, err := at.read(ctx, p)
-		if err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return nil, nil, nil, err
-		}
-		if err != nil || !bytes.Equal(data, want[p].Data) {
+	paths := slices.Sorted(maps.Keys(want))
+	have, err := at.readAll(ctx, paths)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	for _, p := range paths {
+		if data, ok := have[p]; !ok || !bytes.Equal(data, want[p].Data) {
 			changed = append(changed, p)
 		}
 	}

@@ -130,7 +130,7 @@ func TestCheckNamedEndpoint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if hosts := string(a.files["etc/hosts"]); !strings.HasSuffix(hosts, localHosts+"192.168.50.20\tapi.lab.test\n") {
+	if hosts := a.hosts; !strings.HasSuffix(hosts, localHosts+"192.168.50.20\tapi.lab.test\n") {
 		t.Errorf("the machines' /etc/hosts:\n%s", hosts)
 	}
 	// The host's own address on the bridge is not the endpoint's.

@@ -10,12 +10,14 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"golang.org/x/crypto/ssh"
+	"golang.org/x/crypto/ssh/knownhosts"
 
 	"github.com/kcompile/kcompile/targets"
 )
@@ -28,6 +30,8 @@ type nodeAccess interface {
 	// read is the file at the absolute path; fs.ErrNotExist when there
 	// is none.
 	read(ctx context.Context, path string) ([]byte, error)
+	// readAll reads many files at once: those that exist, by path.
+	readAll(ctx context.Context, paths []string) (map[string][]byte, error)
 	// exists says whether the path names anything (a link included).
 	exists(ctx context.Context, path string) (bool, error)
 	// write replaces the file at f.Path atomically, with f's mode, owned
@@ -52,6 +56,21 @@ func (m machineAccess) root() string { return fmt.Sprintf("/proc/%d/root", m.pid
 
 func (m machineAccess) read(_ context.Context, path string) ([]byte, error) {
 	return os.ReadFile(filepath.Join(m.root(), path))
+}
+
+func (m machineAccess) readAll(ctx context.Context, paths []string) (map[string][]byte, error) {
+	out := map[string][]byte{}
+	for _, p := range paths {
+		data, err := m.read(ctx, p)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		out[p] = data
+	}
+	return out, nil
 }
 
 func (m machineAccess) exists(_ context.Context, path string) (bool, error) {
@@ -119,24 +138,56 @@ func dialSSH(ctx context.Context, cfg *SSH, node, host string) (*sshAccess, erro
 		timeout = 10 * time.Second
 	}
 	addr := net.JoinHostPort(host, strconv.Itoa(port))
-	d := net.Dialer{Timeout: timeout}
-	conn, err := d.DialContext(ctx, "tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("node %s: ssh %s: %v", node, addr, err)
+	connect := func(algorithms []string) (*ssh.Client, error) {
+		d := net.Dialer{Timeout: timeout}
+		conn, err := d.DialContext(ctx, "tcp", addr)
+		if err != nil {
+			return nil, err
+		}
+		cc, chans, reqs, err := ssh.NewClientConn(conn, addr, &ssh.ClientConfig{
+			User: cfg.User, Auth: []ssh.AuthMethod{ssh.PublicKeys(cfg.Signers...)}, HostKeyCallback: cfg.HostKeys,
+			HostKeyAlgorithms: algorithms, Timeout: timeout,
+		})
+		if err != nil {
+			conn.Close()
+			return nil, err
+		}
+		return ssh.NewClient(cc, chans, reqs), nil
 	}
-	cc, chans, reqs, err := ssh.NewClientConn(conn, addr, &ssh.ClientConfig{
-		User: cfg.User, Auth: []ssh.AuthMethod{ssh.PublicKeys(cfg.Signers...)}, HostKeyCallback: cfg.HostKeys, Timeout: timeout,
-	})
+	client, err := connect(nil)
+	// The host offered a key of a type known_hosts has no line for: ask
+	// for the types it has, as OpenSSH's client does.
+	var ke *knownhosts.KeyError
+	if errors.As(err, &ke) && len(ke.Want) > 0 {
+		client, err = connect(keyAlgorithms(ke.Want))
+	}
 	if err != nil {
-		conn.Close()
 		return nil, fmt.Errorf("node %s: ssh %s@%s: %v", node, cfg.User, addr, err)
 	}
-	s := &sshAccess{node: node, addr: addr, sudo: cfg.User != "root", client: ssh.NewClient(cc, chans, reqs)}
+	s := &sshAccess{node: node, addr: addr, sudo: cfg.User != "root", client: client}
 	if out, err := s.run(ctx, "true"); err != nil {
 		s.close()
 		return nil, fmt.Errorf("node %s: %s cannot run commands as root without a password (set access.users.%s.sudo in the spec): %v %s", node, cfg.User, cfg.User, err, out)
 	}
 	return s, nil
+}
+
+// keyAlgorithms are the host key algorithms that present the known
+// keys: an RSA key is offered with SHA-2 signatures.
+func keyAlgorithms(known []knownhosts.KnownKey) []string {
+	var out []string
+	for _, k := range known {
+		algs := []string{k.Key.Type()}
+		if k.Key.Type() == ssh.KeyAlgoRSA {
+			algs = []string{ssh.KeyAlgoRSASHA512, ssh.KeyAlgoRSASHA256, ssh.KeyAlgoRSA}
+		}
+		for _, a := range algs {
+			if !slices.Contains(out, a) {
+				out = append(out, a)
+			}
+		}
+	}
+	return out
 }
 
 // quote is a word for the remote shell: single-quoted, as POSIX sh
@@ -195,9 +246,12 @@ const absent = 99
 // file or exits absent; write and install put stdin beside it and rename
 // it into place with mode $2.
 const (
-	readScript   = `if [ -e "$1" ] || [ -L "$1" ]; then exec cat -- "$1"; fi; exit 99`
-	existsScript = `if [ -e "$1" ] || [ -L "$1" ]; then exit 0; fi; exit 99`
-	writeScript  = `set -e; mkdir -p -- "$(dirname -- "$1")"; t=$(mktemp -- "$1.kcompile-XXXXXX"); trap 'rm -f -- "$t"' EXIT; cat >"$t"; chmod "$2" "$t"; mv -f -- "$t" "$1"; trap - EXIT`
+	readScript = `if [ -e "$1" ] || [ -L "$1" ]; then exec cat -- "$1"; fi; exit 99`
+	// readAllScript writes, for each path, its size on a line and its
+	// content, or "-" on a line when nothing is there.
+	readAllScript = `for p do if [ -e "$p" ] || [ -L "$p" ]; then n=$(wc -c <"$p") || exit 1; echo $n; cat -- "$p" || exit 1; else echo -; fi; done`
+	existsScript  = `if [ -e "$1" ] || [ -L "$1" ]; then exit 0; fi; exit 99`
+	writeScript   = `set -e; mkdir -p -- "$(dirname -- "$1")"; t=$(mktemp -- "$1.kcompile-XXXXXX"); trap 'rm -f -- "$t"' EXIT; cat >"$t"; chmod "$2" "$t"; mv -f -- "$t" "$1"; trap - EXIT`
 )
 
 func (s *sshAccess) script(ctx context.Context, stdin io.Reader, script string, args ...string) ([]byte, int, error) {
@@ -218,6 +272,33 @@ func (s *sshAccess) read(ctx context.Context, path string) ([]byte, error) {
 	}
 	if status == absent {
 		return nil, &fs.PathError{Op: "read", Path: path, Err: fs.ErrNotExist}
+	}
+	return out, nil
+}
+
+func (s *sshAccess) readAll(ctx context.Context, paths []string) (map[string][]byte, error) {
+	out := map[string][]byte{}
+	if len(paths) == 0 {
+		return out, nil
+	}
+	data, _, err := s.script(ctx, nil, readAllScript, paths...)
+	if err != nil {
+		return nil, fmt.Errorf("reading %d files: %w", len(paths), err)
+	}
+	for _, p := range paths {
+		line, rest, ok := bytes.Cut(data, []byte("\n"))
+		if !ok {
+			return nil, fmt.Errorf("node %s: reading %s: the answer ends early", s.node, p)
+		}
+		data = rest
+		if string(line) == "-" {
+			continue
+		}
+		n, err := strconv.Atoi(strings.TrimSpace(string(line)))
+		if err != nil || n < 0 || n > len(data) {
+			return nil, fmt.Errorf("node %s: reading %s: a size of %q", s.node, p, line)
+		}
+		out[p], data = data[:n:n], data[n:]
 	}
 	return out, nil
 }

@@ -2,7 +2,9 @@ package nspawn
 
 import (
 	"context"
+	"crypto/ecdsa"
 	"crypto/ed25519"
+	"crypto/elliptic"
 	"crypto/rand"
 	"encoding/binary"
 	"errors"
@@ -17,6 +19,7 @@ import (
 	"testing"
 
 	"golang.org/x/crypto/ssh"
+	"golang.org/x/crypto/ssh/knownhosts"
 
 	"github.com/kcompile/kcompile/targets"
 )
@@ -41,6 +44,17 @@ func sshServer(t *testing.T, client ssh.PublicKey) (addr string, hostKey ssh.Pub
 		return nil, nil
 	}}
 	cfg.AddHostKey(signer)
+	// A second key, of a type the client asks for before ed25519's: a
+	// known_hosts that holds only the ed25519 key is still matched.
+	ec, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ecSigner, err := ssh.NewSignerFromKey(ec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.AddHostKey(ecSigner)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -117,8 +131,16 @@ func TestSSHAccess(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
+	known := filepath.Join(t.TempDir(), "known_hosts")
+	if err := os.WriteFile(known, []byte(knownhosts.Line([]string{addr}, hostKey)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	hostKeys, err := knownhosts.New(known)
+	if err != nil {
+		t.Fatal(err)
+	}
 	// root: the commands run without sudo, which this host may not have.
-	cfg := &SSH{User: "root", Port: portN, Signers: []ssh.Signer{signer}, HostKeys: ssh.FixedHostKey(hostKey)}
+	cfg := &SSH{User: "root", Port: portN, Signers: []ssh.Signer{signer}, HostKeys: hostKeys}
 	at, err := dialSSH(ctx, cfg, "n1", host)
 	if err != nil {
 		t.Fatal(err)
@@ -147,6 +169,18 @@ func TestSSHAccess(t *testing.T) {
 		if there, err := at.exists(ctx, f.Path); !there || err != nil {
 			t.Errorf("%s: exists %v %v", f.Path, there, err)
 		}
+	}
+	// Many at once, in one session: a missing one is left out.
+	all := []string{filepath.Join(dir, "etc", "it's here", "a b.conf"), filepath.Join(dir, "missing"), filepath.Join(dir, "empty"), filepath.Join(dir, "key")}
+	got, err := at.readAll(ctx, all)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 3 || string(got[all[0]]) != "one\n$HOME `x` \"q\"\n" || got[all[2]] == nil || len(got[all[2]]) != 0 || string(got[all[3]]) != "secret" {
+		t.Errorf("readAll: %q", got)
+	}
+	if _, ok := got[all[1]]; ok {
+		t.Errorf("readAll gave a missing file")
 	}
 	if entries, _ := filepath.Glob(filepath.Join(dir, "*kcompile-*")); len(entries) > 0 {
 		t.Errorf("temporary files left: %v", entries)
@@ -178,6 +212,15 @@ func TestSSHAccess(t *testing.T) {
 	otherKey, _ := ssh.NewPublicKey(other)
 	cfg.HostKeys = ssh.FixedHostKey(otherKey)
 	if _, err := dialSSH(ctx, cfg, "n1", host); err == nil || !strings.Contains(err.Error(), "host key mismatch") {
+		t.Errorf("a host of another key: %v", err)
+	}
+	if err := os.WriteFile(known, []byte(knownhosts.Line([]string{addr}, otherKey)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.HostKeys, err = knownhosts.New(known); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dialSSH(ctx, cfg, "n1", host); err == nil || !strings.Contains(err.Error(), "knownhosts: key mismatch") {
 		t.Errorf("a host of another key: %v", err)
 	}
 }
