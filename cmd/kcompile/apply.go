@@ -9,6 +9,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 
 	"github.com/kcompile/kcompile/compare"
 	"github.com/kcompile/kcompile/compiler"
+	"github.com/kcompile/kcompile/compiler/diag"
 	"github.com/kcompile/kcompile/compiler/ir"
 	"github.com/kcompile/kcompile/pipeline"
 	"github.com/kcompile/kcompile/runtimes/nspawn"
@@ -99,8 +101,8 @@ func (c *applyCmd) Run(e *env) error {
 	}
 	// Every state is built as the running cluster was: the same bundle,
 	// the clock its certificates were issued at.
-	build := func(dir string, state map[string]any) (*ir.Cluster, *targets.Tree, error) {
-		src, err := compiler.StateSource(compiler.Source{Dir: dir, Bound: e.bound}, state)
+	build := func(dir string, state map[string]any, tolerate []string) (*ir.Cluster, *targets.Tree, error) {
+		src, err := compiler.StateSource(compiler.Source{Dir: dir, Bound: e.bound, Tolerate: tolerate}, state)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -109,7 +111,13 @@ func (c *applyCmd) Run(e *env) error {
 			return nil, nil, err
 		}
 		if out.Diagnostics.HasErrors() {
-			return nil, nil, fmt.Errorf("the state does not build: %v", out.Diagnostics.Errors())
+			var errs []string
+			for _, d := range out.Diagnostics {
+				if d.Severity == diag.Error {
+					errs = append(errs, d.Code+" "+d.Path+": "+d.Message)
+				}
+			}
+			return nil, nil, fmt.Errorf("the state does not build: %s", strings.Join(errs, "; "))
 		}
 		return out.Cluster, out.Trees[pipeline.Systemd], nil
 	}
@@ -117,7 +125,7 @@ func (c *applyCmd) Run(e *env) error {
 	if oldDiags.HasErrors() {
 		return printDiagnostics(e, oldDiags, "the running cluster's recorded spec does not evaluate")
 	}
-	old, oldTree, err := build(specDir, oldData)
+	old, oldTree, err := build(specDir, oldData, nil)
 	if err != nil {
 		return statusError{code: exitProblems, msg: "the running cluster's recorded spec: " + err.Error()}
 	}
@@ -132,7 +140,9 @@ func (c *applyCmd) Run(e *env) error {
 	}
 	err = nspawn.Apply(ctx, nspawn.ApplyConfig{
 		Running: running, Plan: p, Old: old, OldTree: oldTree,
-		Build:    func(state map[string]any) (*ir.Cluster, *targets.Tree, error) { return build(c.Dir, state) },
+		Build: func(state map[string]any, tolerate []string) (*ir.Cluster, *targets.Tree, error) {
+			return build(c.Dir, state, tolerate)
+		},
 		Binaries: c.Binaries, DryRun: c.DryRun, Resume: c.Resume, GateTimeout: c.GateTimeout, Log: e.stderr, Now: time.Now, SSH: transport,
 	})
 	if err != nil {

@@ -167,7 +167,9 @@ type ApplyConfig struct {
 	OldTree *targets.Tree
 	// Build compiles a state of the plan with the bundle and the clock
 	// the running cluster was built with, and builds its systemd tree.
-	Build func(state map[string]any) (*ir.Cluster, *targets.Tree, error)
+	// tolerate are the codes of errors the step's state may have while
+	// it lasts (plan.Step.Tolerate).
+	Build func(state map[string]any, tolerate []string) (*ir.Cluster, *targets.Tree, error)
 	// Binaries is a directory of the programs of the plan's new
 	// versions by name (as up's --binaries): a step that changes a
 	// node's binaries lays those from there. Without it such a step is
@@ -303,13 +305,13 @@ func Apply(ctx context.Context, cfg ApplyConfig) error {
 	}
 	prevC, prev := cfg.Old, cfg.OldTree
 	if done > 0 {
-		if prevC, prev, err = cfg.Build(a.steps[done-1].State); err != nil {
+		if prevC, prev, err = cfg.Build(a.steps[done-1].State, a.steps[done-1].Tolerate); err != nil {
 			return err
 		}
 	}
 	for i := done; i < len(a.steps); i++ {
 		s := a.steps[i]
-		c, tree, err := cfg.Build(s.State)
+		c, tree, err := cfg.Build(s.State, s.Tolerate)
 		if err != nil {
 			return fmt.Errorf("step %d: building its state: %w", s.N, err)
 		}

@@ -138,7 +138,7 @@ func (e *applyEnv) build(src compiler.Source) (*ir.Cluster, *targets.Tree, error
 		return nil, nil, err
 	}
 	if out.Diagnostics.HasErrors() {
-		return nil, nil, fmt.Errorf("%v", out.Diagnostics.Errors())
+		return nil, nil, fmt.Errorf("%v", out.Diagnostics)
 	}
 	return out.Cluster, out.Trees[pipeline.Systemd], nil
 }
@@ -189,8 +189,8 @@ func (e *applyEnv) apply(ctx context.Context, p *change.Plan, dir string, log *s
 		binaries = fixture.Path(binaries)
 	}
 	return Apply(ctx, ApplyConfig{Running: running, Plan: p, Old: old, OldTree: oldTree,
-		Build: func(state map[string]any) (*ir.Cluster, *targets.Tree, error) {
-			src, err := compiler.StateSource(compiler.Source{Dir: dir}, state)
+		Build: func(state map[string]any, tolerate []string) (*ir.Cluster, *targets.Tree, error) {
+			src, err := compiler.StateSource(compiler.Source{Dir: dir, Tolerate: tolerate}, state)
 			if err != nil {
 				return nil, nil, err
 			}

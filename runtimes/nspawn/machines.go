@@ -130,6 +130,11 @@ func (c *Cluster) AddMachine(ctx context.Context, req MachineRequest) error {
 	if err != nil {
 		return err
 	}
+	if limit := readInotifyLimit(); limit > 0 {
+		if why := inotifyWhy(limit, inotifyInUse(), 1); why != "" {
+			return fmt.Errorf("machine %s: %s", n.Name, why)
+		}
+	}
 	c.jmu.Lock()
 	err = c.layout(cl, m)
 	c.jmu.Unlock()

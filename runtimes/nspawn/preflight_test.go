@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -219,5 +220,27 @@ func TestDiskWhy(t *testing.T) {
 	w, r = diskWhy(20*gib, 200*gib, "/w")
 	if w != "" || !strings.Contains(r, "10.0% free") || !strings.Contains(r, "every pod would be evicted") {
 		t.Errorf("10%% free: %q %q", w, r)
+	}
+}
+
+// TestInotifyWhy: machines are refused when the host's inotify
+// instances cannot hold them, naming the limit to raise.
+func TestInotifyWhy(t *testing.T) {
+	if why := inotifyWhy(128, 10, 5); why != "" {
+		t.Errorf("5 machines, 118 free: %s", why)
+	}
+	why := inotifyWhy(128, 20, 7)
+	if !strings.Contains(why, "7 machines take about 140 inotify instances, and the host's root may hold 128") || !strings.Contains(why, "sysctl -w fs.inotify.max_user_instances=256") {
+		t.Errorf("7 machines, 108 free: %q", why)
+	}
+	// An instance this test opens is counted.
+	before := inotifyInUse()
+	fd, err := syscall.InotifyInit()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(fd)
+	if after := inotifyInUse(); after < before+1 {
+		t.Errorf("inotify instances in use: %d, then %d with one more open", before, after)
 	}
 }

@@ -449,6 +449,11 @@ func (c *Cluster) preflight(ctx context.Context, h preflight) error {
 	case warn != "":
 		f.warnings = append(f.warnings, warn)
 	}
+	if limit := readInotifyLimit(); limit > 0 {
+		if why := inotifyWhy(limit, inotifyInUse(), len(c.p.machines)); why != "" {
+			f.errors = append(f.errors, why)
+		}
+	}
 	for _, w := range f.warnings {
 		c.logf("warning: %s", w)
 	}
