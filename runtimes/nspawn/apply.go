@@ -316,6 +316,7 @@ func Apply(ctx context.Context, cfg ApplyConfig) error {
 			return fmt.Errorf("step %d: building its state: %w", s.N, err)
 		}
 		a.log("step %d/%d: %s %s", s.N, len(a.steps), s.Kind, strings.Join(s.Nodes, " "))
+		began := cfg.Now()
 		if err := a.step(ctx, s, prevC, c, prev, tree); err != nil {
 			if cfg.DryRun {
 				return err
@@ -330,7 +331,7 @@ func Apply(ctx context.Context, cfg ApplyConfig) error {
 		if err := writer.PrivateFile(progressPath, data); err != nil {
 			return err
 		}
-		a.log("step %d/%d done", s.N, len(a.steps))
+		a.log("step %d/%d done in %s", s.N, len(a.steps), cfg.Now().Sub(began).Round(100*time.Millisecond))
 		if err := ctx.Err(); err != nil && i+1 < len(a.steps) {
 			return fmt.Errorf("stopped after step %d of %d (%w): kcompile apply --resume goes on from step %d", s.N, len(a.steps), err, s.N+1)
 		}

@@ -191,6 +191,15 @@ func (a *applier) remove(ctx context.Context, s change.Step, prevC, c *ir.Cluste
 		}
 	}
 	for _, name := range s.Nodes {
+		if nodes[name].Runs(ir.ComponentAPIServer) && slices.ContainsFunc(st.Nodes, func(ns NodeStatus) bool { return ns.Name == name && ns.State == "running" }) {
+			// Stopped while its etcd member still serves: it ends its
+			// requests against a healthy etcd, and the endpoint moves to
+			// the other API servers before the machine goes.
+			if out, err := a.run(ctx, name, "systemctl", "stop", "kube-controller-manager.service", "kube-scheduler.service", "kube-apiserver.service"); err != nil {
+				return fmt.Errorf("stopping the API server of %s: %v %s", name, err, out)
+			}
+			a.log("  %s: API server and controllers stopped", name)
+		}
 		if m, ok := memberOf(prevC, name); ok {
 			through, err := a.etcd.healthyMember(ctx, c.Etcd.Members, name)
 			if err != nil {

@@ -33,25 +33,32 @@ func watchQuorum(ctx context.Context, e *etcdHealth, clientURLs []string) *quoru
 	q := &quorumWatch{cancel: cancel, done: make(chan struct{}), sizes: map[int]bool{}}
 	go func() {
 		defer close(q.done)
-		for ctx.Err() == nil {
+		// Each call has a time of its own: a member that hangs is one
+		// unhealthy member, not a sample lost.
+		call := func(f func(context.Context)) {
 			rctx, rcancel := context.WithTimeout(ctx, 2*time.Second)
+			defer rcancel()
+			f(rctx)
+		}
+		for ctx.Err() == nil {
 			var list []etcdMember
 			var err error
 			for _, u := range clientURLs {
-				if list, err = e.members(rctx, u); err == nil {
+				if call(func(c context.Context) { list, err = e.members(c, u) }); err == nil {
 					break
 				}
 			}
 			healthy := 0
 			for _, m := range list {
 				for _, u := range m.ClientURLs {
-					if e.healthy(rctx, u) {
+					ok := false
+					call(func(c context.Context) { ok = e.healthy(c, u) })
+					if ok {
 						healthy++
 						break
 					}
 				}
 			}
-			rcancel()
 			if ctx.Err() != nil {
 				break
 			}

@@ -583,7 +583,7 @@ func TestUpApplyVersionHA(t *testing.T) {
 	start := e.invocations(watched)
 	var skew []string
 	log := &stopAt{each: func(line string) {
-		if !strings.HasPrefix(line, "step ") || !strings.HasSuffix(line, " done") {
+		if !strings.HasPrefix(line, "step ") || !strings.Contains(line, " done in ") {
 			return
 		}
 		var nodes corev1.NodeList
