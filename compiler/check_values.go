@@ -179,6 +179,7 @@ func stringFields() []stringField {
 		{pattern: "etcd.members.*.mac", checkedBy: "schema", sample: member + `mac: %s}}`},
 		{pattern: "etcd.members.*.zone", checkedBy: CodeFailureDomain, sample: member + `zone: %s}}`},
 		{pattern: "etcd.members.*.rack", checkedBy: CodeFailureDomain, sample: member + `rack: %s}}`},
+		{pattern: "etcd.joining[]", checkedBy: CodeEtcdJoining, sample: `etcd: joining: [%s]`},
 		{pattern: "network.nodes[]", checkedBy: CodeCIDRParse, sample: `network: nodes: ["10.0.0.0/16", %s]`},
 		{pattern: "network.podCIDR", checkedBy: CodeCIDRParse, sample: `network: podCIDR: %s`},
 		{pattern: "network.secondaryPodCIDR", checkedBy: CodeCIDRParse, sample: `network: {secondaryServiceCIDR: "fd00:96::/112", secondaryPodCIDR: %s}`},
