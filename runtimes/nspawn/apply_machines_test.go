@@ -83,8 +83,7 @@ func (q *quorumWatch) stop() {
 	<-q.done
 }
 
-// growAndShrink goes on from TestUpApplyVersionHA, on its highly
-// available cluster (three control-plane nodes holding the VIP, a worker
+// growAndShrink changes TestUpApplyMachines' highly available cluster (three control-plane nodes holding the VIP, a worker
 // in pool blue as w1 and one in pool green; the spec in dir), with apply
 // changing machines while the Deployment behind its PodDisruptionBudget
 // serves and etcd's quorum is sampled: first to five control-plane

@@ -542,14 +542,9 @@ func kubeletsAgainst(t *testing.T, c *Cluster, node string) (checked int, newer 
 // API server after a step nor ever reached one of an older minor (every
 // kubelet request in the API servers' audit logs), that etcd and
 // containerd never restarted, and that every component runs 1.37.2 at
-// the end, the nodes' files the new build. Then it changes the
-// cluster's machines (growAndShrink).
+// the end, the nodes' files the new build.
 func TestUpApplyVersionHA(t *testing.T) {
-	pools := [2]string{`workers: nodes: w1: {address: "10.78.0.21", mac: "52:54:00:78:00:21"}`, `workers: pools: {
-	blue: {count: 1, namePattern: "w%d", firstAddress: "10.78.0.21", macs: ["52:54:00:78:00:21"]}
-	green: {count: 1, namePattern: "g%d", firstAddress: "10.78.0.31", macs: ["52:54:00:78:00:31"]}
-}`}
-	dir := specDir(t, fixture.Path("runtimes/nspawn/testdata/vip"), [][2]string{pools}, nil)
+	dir := specDir(t, fixture.Path("runtimes/nspawn/testdata/vip"), [][2]string{twoPools}, nil)
 	oldDir := specDir(t, dir, [][2]string{{`kubernetes: version: "1.37.2"`, `kubernetes: version: "1.36.3"`}}, nil)
 	e := bootForApply(t, oldDir, ".bin/node-1.36")
 	k := admin(t, e.c)
@@ -655,9 +650,37 @@ func TestUpApplyVersionHA(t *testing.T) {
 	if err := e.apply(ctx, e.plan(dir), dir, again, ".bin/node", false, false); err != nil || !strings.Contains(again.String(), "nothing to apply") {
 		t.Errorf("a second apply: %v\n%s", err, again)
 	}
-	if t.Failed() {
-		return
+}
+
+// twoPools is the highly available cluster's worker split into two
+// pools: w1 in blue, g1 in green.
+var twoPools = [2]string{`workers: nodes: w1: {address: "10.78.0.21", mac: "52:54:00:78:00:21"}`, `workers: pools: {
+	blue: {count: 1, namePattern: "w%d", firstAddress: "10.78.0.21", macs: ["52:54:00:78:00:21"]}
+	green: {count: 1, namePattern: "g%d", firstAddress: "10.78.0.31", macs: ["52:54:00:78:00:31"]}
+}`}
+
+// TestUpApplyMachines boots the highly available cluster with two pools
+// at 1.37.2 and changes its machines with apply (growAndShrink). A
+// cluster of its own: a machine apply adds boots the programs up was
+// started with (--binaries), which after TestUpApplyVersionHA's upgrade
+// are the older ones.
+func TestUpApplyMachines(t *testing.T) {
+	dir := specDir(t, fixture.Path("runtimes/nspawn/testdata/vip"), [][2]string{twoPools}, nil)
+	e := bootForApply(t, dir, "")
+	k := admin(t, e.c)
+	ctx := context.Background()
+	if _, err := k.apply(ctx, "web", []byte(workloadHA)); err != nil {
+		t.Fatal(err)
 	}
-	// The same cluster, one boot for both: machines added and removed.
+	eventually(t, 2*time.Minute, "web's two replicas available", func() error {
+		var d appsv1.Deployment
+		if err := k.get(ctx, "/apis/apps/v1/namespaces/default/deployments/web", &d); err != nil {
+			return err
+		}
+		if d.Status.AvailableReplicas < 2 {
+			return fmt.Errorf("%d available", d.Status.AvailableReplicas)
+		}
+		return nil
+	})
 	growAndShrink(t, e, k, dir)
 }
