@@ -553,10 +553,7 @@ func (a *applier) step(ctx context.Context, s change.Step, prevC, c *ir.Cluster,
 		return nil
 	}
 	if s.Drain {
-		timeout, err := time.ParseDuration(s.DrainTimeout)
-		if err != nil || timeout <= 0 {
-			timeout = 5 * time.Minute
-		}
+		timeout := drainTimeout(s)
 		for _, name := range s.Nodes {
 			if err := a.drain(ctx, name, timeout); err != nil {
 				return err
@@ -635,6 +632,15 @@ func (a *applier) step(ctx context.Context, s change.Step, prevC, c *ir.Cluster,
 		}
 	}
 	return nil
+}
+
+// drainTimeout is how long a step's drains may take: the plan's, or 5
+// minutes where it names none (a control-plane node).
+func drainTimeout(s change.Step) time.Duration {
+	if d, err := time.ParseDuration(s.DrainTimeout); err == nil && d > 0 {
+		return d
+	}
+	return 5 * time.Minute
 }
 
 // execStart is the command of a unit file with one ExecStart= and no

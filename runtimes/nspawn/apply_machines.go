@@ -177,10 +177,7 @@ func (a *applier) remove(ctx context.Context, s change.Step, prevC, c *ir.Cluste
 		return err
 	}
 	if s.Drain {
-		timeout, err := time.ParseDuration(s.DrainTimeout)
-		if err != nil || timeout <= 0 {
-			timeout = 5 * time.Minute
-		}
+		timeout := drainTimeout(s)
 		for _, name := range s.Nodes {
 			if !slices.ContainsFunc(st.Nodes, func(ns NodeStatus) bool { return ns.Name == name }) || !nodes[name].RunsPods() {
 				continue

@@ -552,16 +552,7 @@ func TestUpApplyVersionHA(t *testing.T) {
 	if _, err := k.apply(ctx, "web", []byte(workloadHA)); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 2*time.Minute, "web's two replicas available", func() error {
-		var d appsv1.Deployment
-		if err := k.get(ctx, "/apis/apps/v1/namespaces/default/deployments/web", &d); err != nil {
-			return err
-		}
-		if d.Status.AvailableReplicas < 2 {
-			return fmt.Errorf("%d available", d.Status.AvailableReplicas)
-		}
-		return nil
-	})
+	webAvailable(t, k)
 	p := e.plan(dir)
 	var kinds []string
 	for _, s := range steps(p) {
@@ -672,9 +663,16 @@ func TestUpApplyMachines(t *testing.T) {
 	if _, err := k.apply(ctx, "web", []byte(workloadHA)); err != nil {
 		t.Fatal(err)
 	}
+	webAvailable(t, k)
+	growAndShrink(t, e, k, dir)
+}
+
+// webAvailable waits until workloadHA's two replicas are available.
+func webAvailable(t *testing.T, k *kube) {
+	t.Helper()
 	eventually(t, 2*time.Minute, "web's two replicas available", func() error {
 		var d appsv1.Deployment
-		if err := k.get(ctx, "/apis/apps/v1/namespaces/default/deployments/web", &d); err != nil {
+		if err := k.get(context.Background(), "/apis/apps/v1/namespaces/default/deployments/web", &d); err != nil {
 			return err
 		}
 		if d.Status.AvailableReplicas < 2 {
@@ -682,5 +680,4 @@ func TestUpApplyMachines(t *testing.T) {
 		}
 		return nil
 	})
-	growAndShrink(t, e, k, dir)
 }
