@@ -110,7 +110,13 @@ func (a *applier) add(ctx context.Context, s change.Step, c *ir.Cluster, tree *t
 			return fmt.Errorf("node %s: %v", name, err)
 		}
 		booted[name] = a.cfg.Now()
-		st, err := ctl.AddMachine(ctx, MachineRequest{Node: name, State: string(text), Tolerate: s.Tolerate})
+		req := MachineRequest{Node: name, State: string(text), Tolerate: s.Tolerate}
+		if a.cfg.Binaries != "" {
+			if req.Binaries, err = filepath.Abs(a.cfg.Binaries); err != nil {
+				return err
+			}
+		}
+		st, err := ctl.AddMachine(ctx, req)
 		if err != nil {
 			return fmt.Errorf("booting a machine for %s: %v", name, err)
 		}

@@ -83,8 +83,10 @@ func (q *quorumWatch) stop() {
 	<-q.done
 }
 
-// growAndShrink changes TestUpApplyMachines' highly available cluster (three control-plane nodes holding the VIP, a worker
-// in pool blue as w1 and one in pool green; the spec in dir), with apply
+// growAndShrink changes TestUpApplyVersionHA's highly available cluster
+// once upgraded (three control-plane nodes holding the VIP, a worker in
+// pool blue as w1 and one in pool green; the spec in dir, its nodes at
+// version, the programs of binaries), with apply
 // changing machines while the Deployment behind its PodDisruptionBudget
 // serves and etcd's quorum is sampled: first to five control-plane
 // nodes (etcd 3 -> 5, each member added before its machine boots, joining
@@ -93,8 +95,9 @@ func (q *quorumWatch) stop() {
 // then added there), the second worker and cp4, cp5 removed. After each
 // change every member is healthy, the cluster's machines, Nodes and
 // members are the spec's, nothing of a removed machine stays on the
-// host, and a second apply finds the nodes' files to be the new build.
-func growAndShrink(t *testing.T, e *applyEnv, k *kube, dir string) {
+// host, every kubelet (those of the added machines too) runs version,
+// and a second apply finds the nodes' files to be the new build.
+func growAndShrink(t *testing.T, e *applyEnv, k *kube, dir, binaries, version string) {
 	ctx := context.Background()
 	etcd, err := e.c.etcdClient()
 	if err != nil {
@@ -128,7 +131,7 @@ func growAndShrink(t *testing.T, e *applyEnv, k *kube, dir string) {
 		client := startSteady(ctx, k, "web", "web")
 		log := &stopAt{}
 		begin := time.Now()
-		err := e.apply(ctx, p, to, log, "", false, false)
+		err := e.apply(ctx, p, to, log, binaries, false, false)
 		client.stop()
 		q.stop()
 		t.Logf("%s: apply took %s:\n%s", name, time.Since(begin).Round(time.Second), log)
@@ -164,6 +167,9 @@ func growAndShrink(t *testing.T, e *applyEnv, k *kube, dir string) {
 				if !nodeReady(n) {
 					return fmt.Errorf("%s not Ready", n.Name)
 				}
+				if v := n.Status.NodeInfo.KubeletVersion; v != version {
+					return fmt.Errorf("%s's kubelet is %s, want %s", n.Name, v, version)
+				}
 				ready = append(ready, n.Name)
 			}
 			slices.Sort(ready)
@@ -195,7 +201,7 @@ func growAndShrink(t *testing.T, e *applyEnv, k *kube, dir string) {
 			t.Errorf("%s: etcd members %q, want %q", name, got, want)
 		}
 		again := &stopAt{}
-		if err := e.apply(ctx, e.plan(to), to, again, "", false, false); err != nil || !strings.Contains(again.String(), "nothing to apply") {
+		if err := e.apply(ctx, e.plan(to), to, again, binaries, false, false); err != nil || !strings.Contains(again.String(), "nothing to apply") {
 			t.Errorf("%s: a second apply: %v\n%s", name, err, again)
 		}
 	}

@@ -40,6 +40,9 @@ type machine struct {
 	// lowers are the overlay's read-only layers, top first: the node's
 	// tree, the binaries, the image.
 	lowers []string
+	// binaries, when set, is the directory of programs by name the
+	// machine boots instead of up's --binaries (kcompile apply's).
+	binaries string
 
 	mu      sync.Mutex
 	proc    Resource

@@ -89,6 +89,11 @@ type MachineRequest struct {
 	// Tolerate the codes of errors the step's state may have.
 	State    string   `json:"state"`
 	Tolerate []string `json:"tolerate,omitempty"`
+	// Binaries, when set, is the absolute path of a directory of the
+	// programs the node's install unit checks, by name (apply's
+	// --binaries): a machine added after an upgrade boots the new
+	// versions, not those up was started with.
+	Binaries string `json:"binaries,omitempty"`
 }
 
 // stateCluster compiles a state sent with a request, bounded as up's own
@@ -129,6 +134,15 @@ func (c *Cluster) AddMachine(ctx context.Context, req MachineRequest) error {
 	m, err := c.newMachine(cl, n)
 	if err != nil {
 		return err
+	}
+	if req.Binaries != "" {
+		if !filepath.IsAbs(req.Binaries) {
+			return fmt.Errorf("binaries %q: not an absolute path", req.Binaries)
+		}
+		if st, err := os.Stat(req.Binaries); err != nil || !st.IsDir() {
+			return fmt.Errorf("binaries %s: not a directory", req.Binaries)
+		}
+		m.binaries = req.Binaries
 	}
 	if limit := readInotifyLimit(); limit > 0 {
 		if why := inotifyWhy(limit, inotifyInUse(), 1); why != "" {

@@ -680,9 +680,16 @@ func (c *Cluster) binariesLayer() (string, error) {
 	if err := c.mkdir(layer); err != nil {
 		return "", err
 	}
+	return layer, c.layBinaries(layer, c.cfg.Binaries, c.cfg.Cluster.Nodes)
+}
+
+// layBinaries lays the binaries nodes' install units check into layer,
+// each taken by name from the directory from (when given) or left to
+// the image.
+func (c *Cluster) layBinaries(layer, from string, nodes []ir.Node) error {
 	var missing []string
 	seen := map[string]bool{}
-	for _, n := range c.cfg.Cluster.Nodes {
+	for _, n := range nodes {
 		for _, b := range n.Binaries {
 			if seen[b.Path] {
 				continue
@@ -696,12 +703,12 @@ func (c *Cluster) binariesLayer() (string, error) {
 				continue
 			}
 			src := ""
-			if c.cfg.Binaries != "" {
-				src = filepath.Join(c.cfg.Binaries, filepath.Base(b.Path))
+			if from != "" {
+				src = filepath.Join(from, filepath.Base(b.Path))
 			}
 			if isExecutable(src) {
 				if err := linkOrCopy(src, filepath.Join(layer, b.Path)); err != nil {
-					return "", err
+					return err
 				}
 				continue
 			}
@@ -712,12 +719,12 @@ func (c *Cluster) binariesLayer() (string, error) {
 	}
 	if len(missing) > 0 {
 		where := "--binaries DIR (binaries by name)"
-		if c.cfg.Binaries != "" {
-			where = c.cfg.Binaries
+		if from != "" {
+			where = from
 		}
-		return "", fmt.Errorf("the nodes' install unit needs %s, which neither %s nor the image holds", strings.Join(missing, ", "), where)
+		return fmt.Errorf("the nodes' install unit needs %s, which neither %s nor the image holds", strings.Join(missing, ", "), where)
 	}
-	return layer, nil
+	return nil
 }
 
 func isExecutable(p string) bool {
@@ -813,8 +820,20 @@ func (c *Cluster) layout(cl *ir.Cluster, m *machine) error {
 	if c.cfg.Target == pipeline.Systemd {
 		m.lowers = append(m.lowers, filepath.Join(c.cfg.Work, "tree", layout.NodeTree(m.name, "")))
 	}
-	if c.binaries != "" {
-		m.lowers = append(m.lowers, c.binaries)
+	binaries := c.binaries
+	if m.binaries != "" {
+		// A machine added by apply boots the programs apply was given,
+		// which after an upgrade are no longer up's own.
+		binaries = filepath.Join(m.dir, "binaries")
+		if err := os.MkdirAll(binaries, 0o755); err != nil {
+			return err
+		}
+		if err := c.layBinaries(binaries, m.binaries, []ir.Node{m.node}); err != nil {
+			return err
+		}
+	}
+	if binaries != "" {
+		m.lowers = append(m.lowers, binaries)
 	}
 	m.lowers = append(m.lowers, c.image)
 	files, err := c.adjust.machineFiles(cl, m)
