@@ -98,6 +98,11 @@ type Step struct {
 	Tolerate []string `json:"tolerate,omitempty"`
 }
 
+// KindLabels is the kind of the step that sets the labels and taints of
+// registered Nodes (Step.Nodes) to those of NEW's nodes, removing those
+// only OLD's have.
+const KindLabels = "labels"
+
 // Rule is one rule that orders a plan.
 type Rule struct {
 	ID   string `json:"id"`
@@ -117,6 +122,7 @@ func Rules() []Rule {
 		{"replace-in-place", "a member whose address changes is removed, then added at its new address: a name stands for one member at a time"},
 		{"restart-what-changed", "a configuration change restarts only the units whose files changed (kcompile diff's analysis), in the same order and budgets"},
 		{"explicit-step", "a change a restart does not apply (labels of registered nodes, the service CIDR, the pod CIDR, the cluster domain, a CA) is an explicit step with its procedure"},
+		{"sans-until-moved", "a service CIDR move keeps the kubernetes Service's old address in the API servers' certificates in every state until its Services are recreated in the new range and its pods restarted; then the API servers restart without it, one at a time"},
 		{"addons-last", "addons are applied last, once every node runs the new configuration"},
 	}
 }
@@ -160,7 +166,7 @@ func Make(in Input) (*Plan, error) {
 		b.ends[d.Code+" "+d.Message] = true
 	}
 	for _, f := range []func() error{b.additions, b.removals, func() error { return b.explicit(false) },
-		b.versions, b.configuration, func() error { return b.explicit(true) }, b.addons} {
+		b.versions, b.configuration, func() error { return b.explicit(true) }, b.servicesMove, b.addons} {
 		if err := f(); err != nil {
 			return nil, err
 		}

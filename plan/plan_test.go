@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"html"
 	"math/rand"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -17,7 +18,9 @@ import (
 	"github.com/kcompile/kcompile/compiler"
 	"github.com/kcompile/kcompile/compiler/diag"
 	"github.com/kcompile/kcompile/compiler/ir"
+	"github.com/kcompile/kcompile/compiler/pki"
 	"github.com/kcompile/kcompile/internal/fixture"
+	"github.com/kcompile/kcompile/layout"
 	"github.com/kcompile/kcompile/plan"
 )
 
@@ -252,7 +255,41 @@ func TestZoneQuorumLostOnTheWayRefused(t *testing.T) {
 	}
 }
 
-func TestServiceCIDRMoveIsAnExplicitStep(t *testing.T) {
+// Labels and taints of registered Nodes are a step of their own, after
+// the kubelets restart with them: apply sets them through the API.
+func TestNodeLabelsAreAStep(t *testing.T) {
+	old := cluster{blue: 2, extra: "workers: pools: blue: labels: {tier: \"web\", legacy: \"yes\"}\n"}.write(t)
+	new := cluster{blue: 2, extra: "workers: pools: blue: labels: tier: \"batch\"\nworkers: pools: blue: taints: [{key: \"dedicated\", value: \"blue\", effect: \"PreferNoSchedule\"}]\n"}.write(t)
+	p, err := makePlan(t, old, new)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := steps(p)
+	var kinds []string
+	for _, s := range all {
+		kinds = append(kinds, s.Kind+" "+strings.Join(s.Nodes, ","))
+	}
+	want := []string{"workers blue-1", "workers blue-2", plan.KindLabels + " blue-1,blue-2"}
+	if !slices.Equal(kinds, want) {
+		t.Fatalf("steps %q, want %q", kinds, want)
+	}
+	last := all[len(all)-1]
+	text := strings.Join(last.Actions, "\n")
+	for _, a := range []string{"kubectl label node blue-1 --overwrite tier=batch legacy-", "kubectl taint node blue-2 --overwrite dedicated=blue:PreferNoSchedule"} {
+		if !strings.Contains(text, a) {
+			t.Errorf("the labels step does not say %q:\n%s", a, text)
+		}
+	}
+	if last.Rule != "explicit-step" || len(last.Gates) == 0 {
+		t.Errorf("the labels step: rule %q, gates %q", last.Rule, last.Gates)
+	}
+}
+
+// A service CIDR move keeps the kubernetes Service's old address in the
+// API servers' certificates in every state until its Services have moved
+// (an explicit step after every node runs the new range); then the API
+// servers restart without it, one at a time, into NEW.
+func TestServiceCIDRMove(t *testing.T) {
 	old := cluster{blue: 1}.write(t)
 	new := cluster{blue: 1, serviceCIDR: "10.112.0.0/12"}.write(t)
 	p, err := makePlan(t, old, new)
@@ -260,20 +297,67 @@ func TestServiceCIDRMoveIsAnExplicitStep(t *testing.T) {
 		t.Fatal(err)
 	}
 	all := steps(p)
-	i := slices.IndexFunc(all, func(s plan.Step) bool { return s.Kind == "explicit" })
-	if i < 0 {
+	first := slices.IndexFunc(all, func(s plan.Step) bool { return s.Kind == "explicit" })
+	if first < 0 {
 		t.Fatalf("no explicit step: %v", stageNames(p))
 	}
-	text := strings.Join(all[i].Actions, "\n")
-	if !strings.Contains(text, "service CIDR 10.96.0.0/12 → 10.112.0.0/12") || !strings.Contains(text, "extraSANs") {
+	text := strings.Join(all[first].Actions, "\n")
+	if !strings.Contains(text, "service CIDR 10.96.0.0/12 → 10.112.0.0/12") || !strings.Contains(text, "ServiceCIDR object") || !strings.Contains(text, "(10.96.0.1)") {
 		t.Errorf("the service CIDR step: %s", text)
 	}
-	for _, s := range all[i+1:] {
-		if s.Kind == "api server" {
-			return // the API servers restart after it
+	end := slices.IndexFunc(all[first+1:], func(s plan.Step) bool { return s.Kind == "explicit" })
+	if end < 0 {
+		t.Fatalf("no step ends the move: %v", stageNames(p))
+	}
+	end += first + 1
+	if !strings.Contains(strings.Join(all[end].Actions, "\n"), "recreate every Service outside the new range") {
+		t.Errorf("the move's end: %q", all[end].Actions)
+	}
+	// Every API server restarts with the new range before the move ends,
+	// and once more after it, without the old address.
+	var before, after []string
+	for i, s := range all {
+		if s.Kind != "api server" {
+			continue
+		}
+		if i < end {
+			before = append(before, s.Nodes...)
+		} else {
+			after = append(after, s.Nodes...)
+			if s.Rule != "sans-until-moved" || !slices.Contains(s.Restarts, "kube-apiserver.service") {
+				t.Errorf("step %d: rule %s, restarts %v", s.N, s.Rule, s.Restarts)
+			}
 		}
 	}
-	t.Errorf("no API server restarts after the service CIDR step")
+	if want := []string{"cp1", "cp2", "cp3"}; !slices.Equal(before, want) || !slices.Equal(after, want) {
+		t.Errorf("API servers restarted %v before the move ends and %v after, want %v twice", before, after, want)
+	}
+	// The certificates of every state, compiled again.
+	old4, new4 := netip.MustParseAddr("10.96.0.1"), netip.MustParseAddr("10.112.0.1")
+	for i, s := range all {
+		src, err := compiler.StateSource(compiler.Source{Dir: new}, s.State)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, diags := compiler.Compile(src)
+		if diags.HasErrors() {
+			t.Fatalf("step %d: %v", s.N, diags)
+		}
+		for _, cert := range pki.Catalogue(c) {
+			if cert.File != layout.APIServerStem {
+				continue
+			}
+			hasOld, hasNew := slices.Contains(cert.IPs, old4), slices.Contains(cert.IPs, new4)
+			switch {
+			case !hasNew:
+				t.Errorf("step %d: %s's serving certificate lacks the new address: %v", s.N, cert.Node, cert.IPs)
+			case i <= end && !hasOld:
+				t.Errorf("step %d, before the move ends: %s's serving certificate lacks the old address: %v", s.N, cert.Node, cert.IPs)
+			case i == len(all)-1 && hasOld:
+				t.Errorf("the last state: %s's serving certificate keeps the old address", cert.Node)
+			}
+		}
+	}
 }
 
 // TestPlanInvariants holds every state of plans between generated pairs

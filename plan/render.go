@@ -170,7 +170,7 @@ func runKind(kind string) picture.RunKind {
 		return picture.RunAdd
 	case strings.HasPrefix(kind, "remove "):
 		return picture.RunRemove
-	case kind == "explicit":
+	case kind == "explicit" || kind == KindLabels:
 		return picture.RunExplicit
 	case kind == "addons":
 		return picture.RunAddons

@@ -540,8 +540,65 @@ func (b *builder) explicit(late bool) error {
 		if s.Kind == review.StepEtcdMembership || (s.Kind == review.StepNodeLabels) != late {
 			continue
 		}
-		if err := b.step(st, Step{Kind: "explicit", Nodes: nil, Rule: "explicit-step",
-			Actions: append([]string{s.Setting + ": " + s.Why}, s.Actions...)}); err != nil {
+		step := Step{Kind: "explicit", Rule: "explicit-step", Actions: append([]string{s.Setting + ": " + s.Why}, s.Actions...)}
+		if s.Kind == review.StepServiceCIDR && len(b.w.keepSANs) > 0 {
+			// The plan keeps the old address itself (servicesMove); the
+			// Services move once every node runs the new range.
+			step.Actions = []string{s.Setting + ": " + s.Why,
+				fmt.Sprintf("every state until the move ends keeps the kubernetes Service's old address (%s) in the API servers' certificates: running pods reach the API there until they restart", strings.Join(b.w.keepSANs, ", ")),
+				"create a ServiceCIDR object for the new range (networking.k8s.io/v1) before the API servers restart"}
+		}
+		if s.Kind == review.StepNodeLabels {
+			// apply sets them through the API, from OLD's and NEW's nodes.
+			step.Kind, step.Nodes = KindLabels, s.Nodes
+			step.Gates = []string{"each node's labels and taints are those of the spec"}
+		}
+		if err := b.step(st, step); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// servicesMove ends a service CIDR move: once every node runs the new
+// range, the Services are recreated in it and every pod restarts (an
+// explicit step); then no pod reaches the API at the kubernetes
+// Service's old address, and the API servers restart, one at a time,
+// with certificates without it.
+func (b *builder) servicesMove() error {
+	w := b.w
+	if len(w.keepSANs) == 0 {
+		return nil
+	}
+	st := b.stage("the service CIDR move ends", "the kubernetes Service's old address stays in the API servers' certificates until every pod has moved to the new range")
+	if err := b.step(st, Step{Kind: "explicit", Rule: "explicit-step", Actions: []string{
+		"recreate every Service outside the new range (kubectl get svc -A; delete and apply each), CoreDNS's at the new DNS address; delete the kubernetes Service in default, which the API servers recreate in the new range",
+		"delete the old ServiceCIDR once no Service uses it, then restart every pod, so that it reads the new DNS address and reaches the API at the kubernetes Service's new address"}}); err != nil {
+		return err
+	}
+	before := w.data()
+	w.servicesMoved = true
+	units := map[string][]string{}
+	if b.in.Since != nil {
+		var err error
+		if units, err = b.in.Since(before, nil); err != nil {
+			return fmt.Errorf("the service CIDR move's end: %w", err)
+		}
+	}
+	for _, n := range b.in.New.Cluster.Nodes {
+		if !n.Runs(ir.ComponentAPIServer) {
+			continue
+		}
+		restarts := units[n.Name]
+		if b.in.Since == nil {
+			restarts = []string{unitAPIServer}
+		}
+		if len(restarts) == 0 {
+			continue
+		}
+		if err := b.step(st, Step{Kind: "api server", Nodes: []string{n.Name}, Restarts: restarts, Rule: "sans-until-moved",
+			Actions: []string{fmt.Sprintf("lay %s's files (its serving certificate without %s) and %s", n.Name, strings.Join(w.keepSANs, ", "), restartText(restarts))},
+			Gates:   []string{"kube-apiserver of " + n.Name + " answers /readyz"}}); err != nil {
 			return err
 		}
 	}

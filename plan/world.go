@@ -77,6 +77,12 @@ type world struct {
 	// the names on both lists (a member whose address changes).
 	added, removed []ir.Node
 	moved          map[string]bool
+	// keepSANs are the kubernetes Service's addresses of OLD's ranges
+	// that NEW drops: every running pod reaches the API there until it
+	// restarts, so the API servers' certificates keep them in every
+	// state until the service CIDR move has ended (servicesMoved).
+	keepSANs      []string
+	servicesMoved bool
 }
 
 func newWorld(in Input) (*world, error) {
@@ -95,6 +101,11 @@ func newWorld(in Input) (*world, error) {
 		}
 		m.node, m.inNew = n, true
 		w.members[memberID(n)] = m
+	}
+	for _, a := range in.Old.Cluster.Network.FirstServiceIPs {
+		if !slices.Contains(in.New.Cluster.Network.FirstServiceIPs, a) && !slices.Contains(in.New.Cluster.Kubernetes.ExtraSANs, a.String()) {
+			w.keepSANs = append(w.keepSANs, a.String())
+		}
 	}
 	w.moved = map[string]bool{}
 	for _, n := range in.Old.Cluster.Nodes {
@@ -144,6 +155,11 @@ func newWorld(in Input) (*world, error) {
 
 // final says the world is NEW.
 func (w *world) final() bool {
+	return w.reached() && (len(w.keepSANs) == 0 || w.servicesMoved)
+}
+
+// reached says the world has NEW's nodes, versions and addons.
+func (w *world) reached() bool {
 	for id, m := range w.members {
 		if w.present[id] != m.inNew || (m.inNew && w.ver[id] != nodeVersions(m.node)) {
 			return false
@@ -204,18 +220,25 @@ func (w *world) joining(d map[string]any) {
 // data is the spec of the world: NEW's, edited where the world is not
 // NEW yet.
 func (w *world) data() map[string]any {
-	if w.final() {
-		d := clone(w.in.New.Data)
-		w.joining(d)
-		return d
-	}
 	d := clone(w.in.New.Data)
-	w.topology(d)
+	if !w.reached() {
+		w.topology(d)
+		w.versions(d)
+		set(d, w.etcd, "etcd", "version")
+		if !w.addon && w.addonsChange() {
+			set(d, w.in.Old.Cluster.Addons.CoreDNS.Version, "addons", "coredns", "version")
+		}
+	}
 	w.joining(d)
-	w.versions(d)
-	set(d, w.etcd, "etcd", "version")
-	if !w.addon && w.addonsChange() {
-		set(d, w.in.Old.Cluster.Addons.CoreDNS.Version, "addons", "coredns", "version")
+	if !w.servicesMoved && len(w.keepSANs) > 0 {
+		sans, _ := get(d, "controlPlane", "apiServer", "extraSANs").([]any)
+		sans = slices.Clone(sans)
+		for _, a := range w.keepSANs {
+			if !slices.Contains(sans, any(a)) {
+				sans = append(sans, a)
+			}
+		}
+		set(d, sans, "controlPlane", "apiServer", "extraSANs")
 	}
 	return d
 }

@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/kcompile/kcompile/compiler/ir"
 )
 
 // Facts are the settings of one side that a running cluster keeps as
@@ -43,6 +45,8 @@ type Step struct {
 	Setting string   `json:"setting"`
 	Why     string   `json:"why"`
 	Actions []string `json:"actions"`
+	// Nodes are the nodes the step changes, where it changes nodes.
+	Nodes []string `json:"-"`
 }
 
 // StepKind is what a Step changes.
@@ -207,6 +211,73 @@ var kubeletReappliedLabels = []string{
 	"beta.kubernetes.io/os", "beta.kubernetes.io/arch",
 }
 
+// Relabel is what a registered Node needs, beyond its kubelet's
+// restart, to carry a node's new labels and taints.
+type Relabel struct {
+	// Set are labels ("key=value") to set, Unset the keys of labels to
+	// remove.
+	Set, Unset []string
+	// Taint are taints ("key=value:Effect") to set, each replacing one
+	// of its key and effect; Untaint ("key:Effect") are taints to
+	// remove.
+	Taint, Untaint []string
+}
+
+// Empty says the Node needs nothing.
+func (c Relabel) Empty() bool {
+	return len(c.Set)+len(c.Unset)+len(c.Taint)+len(c.Untaint) == 0
+}
+
+// TaintKeyEffect is what names a taint on a Node: its key and effect.
+func TaintKeyEffect(t string) string {
+	key, rest, _ := strings.Cut(t, "=")
+	_, effect, _ := strings.Cut(rest, ":")
+	return key + ":" + effect
+}
+
+// NodeFactsOf are node n's labels and taints as its kubelet registers
+// them.
+func NodeFactsOf(n ir.Node) NodeFacts {
+	var nf NodeFacts
+	for _, l := range n.Labels {
+		nf.Labels = append(nf.Labels, l.Key+"="+l.Value)
+	}
+	for _, t := range n.Taints {
+		nf.Taints = append(nf.Taints, t.Key+"="+t.Value+":"+t.Effect)
+	}
+	return nf
+}
+
+// RelabelOf is what a Node registered with old needs to carry new:
+// labels a restarted kubelet does not set again, every removal, and
+// every new taint.
+func RelabelOf(old, new NodeFacts) Relabel {
+	var c Relabel
+	for _, l := range new.Labels {
+		key, _, _ := strings.Cut(l, "=")
+		if !slices.Contains(old.Labels, l) && !slices.Contains(kubeletReappliedLabels, key) {
+			c.Set = append(c.Set, l)
+		}
+	}
+	for _, l := range old.Labels {
+		key, _, _ := strings.Cut(l, "=")
+		if !slices.ContainsFunc(new.Labels, func(x string) bool { return strings.HasPrefix(x, key+"=") }) {
+			c.Unset = append(c.Unset, key)
+		}
+	}
+	for _, t := range new.Taints {
+		if !slices.Contains(old.Taints, t) {
+			c.Taint = append(c.Taint, t)
+		}
+	}
+	for _, t := range old.Taints {
+		if !slices.ContainsFunc(new.Taints, func(x string) bool { return TaintKeyEffect(x) == TaintKeyEffect(t) }) {
+			c.Untaint = append(c.Untaint, TaintKeyEffect(t))
+		}
+	}
+	return c
+}
+
 // nodeSteps relabel and retaint the Nodes that exist on both sides: the
 // kubelet sets its labels and taints when it registers, and at a restart
 // only sets again the well-known labels among them.
@@ -219,45 +290,26 @@ func nodeSteps(fa, fb *Facts) []Step {
 		if !inA || !inB {
 			continue
 		}
-		var set, unset []string
-		for _, l := range new.Labels {
-			key, _, _ := strings.Cut(l, "=")
-			if !slices.Contains(old.Labels, l) && !slices.Contains(kubeletReappliedLabels, key) {
-				set = append(set, l)
-			}
+		c := RelabelOf(old, new)
+		if c.Empty() {
+			continue
 		}
-		for _, l := range old.Labels {
-			key, _, _ := strings.Cut(l, "=")
-			if !slices.ContainsFunc(new.Labels, func(x string) bool { return strings.HasPrefix(x, key+"=") }) {
-				unset = append(unset, key+"-")
-			}
+		nodes = append(nodes, n)
+		label := slices.Clone(c.Set)
+		for _, k := range c.Unset {
+			label = append(label, k+"-")
 		}
-		if len(set)+len(unset) > 0 {
-			actions = append(actions, "kubectl label node "+n+" --overwrite "+strings.Join(append(set, unset...), " "))
-		}
-		var taint []string
-		for _, t := range new.Taints {
-			if !slices.Contains(old.Taints, t) {
-				taint = append(taint, t)
-			}
+		if len(label) > 0 {
+			actions = append(actions, "kubectl label node "+n+" --overwrite "+strings.Join(label, " "))
 		}
 		// A taint whose key and effect stay is replaced by --overwrite;
 		// kubectl refuses to set and remove the same one in one command.
-		keyEffect := func(t string) string {
-			key, rest, _ := strings.Cut(t, "=")
-			_, effect, _ := strings.Cut(rest, ":")
-			return key + ":" + effect
-		}
-		for _, t := range old.Taints {
-			if !slices.ContainsFunc(new.Taints, func(x string) bool { return keyEffect(x) == keyEffect(t) }) {
-				taint = append(taint, keyEffect(t)+"-")
-			}
+		taint := slices.Clone(c.Taint)
+		for _, t := range c.Untaint {
+			taint = append(taint, t+"-")
 		}
 		if len(taint) > 0 {
 			actions = append(actions, "kubectl taint node "+n+" --overwrite "+strings.Join(taint, " "))
-		}
-		if len(set)+len(unset)+len(taint) > 0 {
-			nodes = append(nodes, n)
 		}
 	}
 	if len(actions) == 0 {
@@ -265,6 +317,7 @@ func nodeSteps(fa, fb *Facts) []Step {
 	}
 	return []Step{{
 		Kind:    StepNodeLabels,
+		Nodes:   nodes,
 		Setting: "labels and taints of " + strings.Join(nodes, ", "),
 		Why:     "a kubelet sets its Node's labels and taints when it registers; restarted with new --node-labels or --register-with-taints it sets again only the well-known labels (zone, region, hostname, instance type, OS, architecture) and removes none, so the others are set and every removal is made through the API",
 		Actions: append([]string{"restart the kubelets with the new configuration (the summary's restarts), then:"}, actions...),

@@ -74,14 +74,7 @@ func factsOf(c *ir.Cluster, m *pki.Material) *Facts {
 		if !n.RunsPods() {
 			continue
 		}
-		var nf NodeFacts
-		for _, l := range n.Labels {
-			nf.Labels = append(nf.Labels, l.Key+"="+l.Value)
-		}
-		for _, t := range n.Taints {
-			nf.Taints = append(nf.Taints, t.Key+"="+t.Value+":"+t.Effect)
-		}
-		f.Nodes[n.Name] = nf
+		f.Nodes[n.Name] = NodeFactsOf(n)
 	}
 	if m != nil {
 		b := m.Bundle

@@ -505,6 +505,8 @@ func (a *applier) step(ctx context.Context, s change.Step, prevC, c *ir.Cluster,
 	switch {
 	case s.Kind == "addons":
 		return a.addons(ctx, c, tree)
+	case s.Kind == change.KindLabels:
+		return a.relabel(ctx, s, c)
 	case strings.HasPrefix(s.Kind, "add "):
 		return a.add(ctx, s, c, tree)
 	case strings.HasPrefix(s.Kind, "remove "):

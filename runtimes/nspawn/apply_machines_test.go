@@ -112,8 +112,8 @@ func growAndShrink(t *testing.T, e *applyEnv, k *kube, dir, binaries, version st
 	}
 	grown := specDir(t, dir, [][2]string{
 		{cp("cp3", "13", "c"), cp("cp3", "13", "c") + cp("cp4", "14", "d") + cp("cp5", "15", "e")},
-		{`blue: {count: 1, namePattern: "w%d", firstAddress: "10.78.0.21", macs: ["52:54:00:78:00:21"]}`,
-			`blue: {count: 2, namePattern: "w%d", firstAddress: "10.78.0.21", macs: ["52:54:00:78:00:21", "52:54:00:78:00:22"]}`},
+		{`count: 1, namePattern: "w%d", firstAddress: "10.78.0.21", macs: ["52:54:00:78:00:21"]}`,
+			`count: 2, namePattern: "w%d", firstAddress: "10.78.0.21", macs: ["52:54:00:78:00:21", "52:54:00:78:00:22"]}`},
 	}, nil)
 	shrunk := specDir(t, dir, [][2]string{{cp("cp3", "13", "c"), cp("cp3", "16", "c")}}, nil)
 

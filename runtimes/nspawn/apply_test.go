@@ -544,8 +544,14 @@ func kubeletsAgainst(t *testing.T, c *Cluster, node string) (checked int, newer 
 // containerd never restarted, and that every component runs 1.37.2 at
 // the end, the nodes' files the new build.
 func TestUpApplyVersionHA(t *testing.T) {
-	dir := specDir(t, fixture.Path("runtimes/nspawn/testdata/vip"), [][2]string{twoPools}, nil)
-	oldDir := specDir(t, dir, [][2]string{{`kubernetes: version: "1.37.2"`, `kubernetes: version: "1.36.3"`}}, nil)
+	// The change also moves the pools' labels and taints, which a
+	// restarted kubelet does not: the plan's labels step sets them.
+	dir := specDir(t, fixture.Path("runtimes/nspawn/testdata/vip"), [][2]string{twoPools,
+		{`blue: {count: 1,`, `blue: {labels: {tier: "batch"}, count: 1,`},
+		{`green: {count: 1,`, `green: {taints: [{key: "dedicated", value: "green", effect: "PreferNoSchedule"}], count: 1,`}}, nil)
+	oldDir := specDir(t, dir, [][2]string{{`kubernetes: version: "1.37.2"`, `kubernetes: version: "1.36.3"`},
+		{`blue: {labels: {tier: "batch"},`, `blue: {labels: {tier: "web", legacy: "yes"},`},
+		{`green: {taints: [{key: "dedicated", value: "green", effect: "PreferNoSchedule"}],`, `green: {`}}, nil)
 	e := bootForApply(t, oldDir, ".bin/node-1.36")
 	k := admin(t, e.c)
 	ctx := context.Background()
@@ -558,7 +564,7 @@ func TestUpApplyVersionHA(t *testing.T) {
 	for _, s := range steps(p) {
 		kinds = append(kinds, strings.SplitN(s, " [", 2)[0]+" "+strings.SplitN(strings.SplitN(s, "[", 2)[1], "]", 2)[0])
 	}
-	want := []string{"api server cp1", "api server cp2", "api server cp3", "controllers cp1", "controllers cp2", "controllers cp3", "node cp1", "node cp2", "node cp3", "workers w1", "workers g1"}
+	want := []string{"api server cp1", "api server cp2", "api server cp3", "controllers cp1", "controllers cp2", "controllers cp3", "node cp1", "node cp2", "node cp3", "workers w1", "workers g1", "labels w1 g1"}
 	if !slices.Equal(kinds, want) {
 		t.Fatalf("plan %q, want %q", kinds, want)
 	}
@@ -635,6 +641,24 @@ func TestUpApplyVersionHA(t *testing.T) {
 			if got := strings.Fields(strings.TrimSpace(string(out))); err != nil || len(got) != 3 || got[0] != "/usr/local/bin/"+prog || got[2] != "v1.37.2" {
 				t.Errorf("%s's %s: %q (%v)", n, prog, out, err)
 			}
+		}
+	}
+	// The Nodes carry the new labels and taints, without those only the
+	// old spec gave.
+	for name, want := range map[string][2]string{"w1": {"tier=batch", ""}, "g1": {"", "dedicated=green:PreferNoSchedule"}} {
+		var node corev1.Node
+		if err := k.get(ctx, "/api/v1/nodes/"+name, &node); err != nil {
+			t.Fatal(err)
+		}
+		var taints []string
+		for _, tn := range node.Spec.Taints {
+			taints = append(taints, tn.ToString())
+		}
+		if _, legacy := node.Labels["legacy"]; want[0] != "" && (node.Labels["tier"] != "batch" || legacy) {
+			t.Errorf("%s's labels: %v, want tier=batch and no legacy", name, node.Labels)
+		}
+		if want[1] != "" && !slices.Contains(taints, want[1]) {
+			t.Errorf("%s's taints: %q, want %s", name, taints, want[1])
 		}
 	}
 	again := &stopAt{}
