@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"sync"
 
 	"github.com/kcompile/kcompile/compiler"
 	"github.com/kcompile/kcompile/compiler/diag"
@@ -48,13 +49,18 @@ func Plan(in Input, via map[int]string) (*plan.Plan, error) {
 	case len(in.Args) == 1:
 		dir = in.Args[0]
 	}
+	// Plan checks several states at once.
+	var mu sync.Mutex
 	checked := map[string]diag.List{}
 	check := func(data map[string]any, tolerate []string) diag.List {
 		key, err := json.Marshal([]any{data, tolerate})
 		if err != nil {
 			return diag.List{{Code: compiler.CodeInternal, Severity: diag.Error, Message: "internal error: a state is not data: " + err.Error()}}
 		}
-		if d, ok := checked[string(key)]; ok {
+		mu.Lock()
+		d, ok := checked[string(key)]
+		mu.Unlock()
+		if ok {
 			return d
 		}
 		src, err := compiler.StateSource(compiler.Source{Dir: dir, Policies: in.Policies, Profile: in.Profile, Bound: in.Bound, Tolerate: tolerate}, data)
@@ -62,7 +68,9 @@ func Plan(in Input, via map[int]string) (*plan.Plan, error) {
 			return diag.List{{Code: compiler.CodeInternal, Severity: diag.Error, Message: "internal error: " + err.Error()}}
 		}
 		_, diags := compiler.Compile(src)
+		mu.Lock()
 		checked[string(key)] = diags
+		mu.Unlock()
 		return diags
 	}
 	// A state is built as NEW is (the same bundle and clock), and

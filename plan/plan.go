@@ -9,8 +9,11 @@ package plan
 import (
 	"fmt"
 	"maps"
+	"runtime"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"github.com/kcompile/kcompile/compiler"
 	"github.com/kcompile/kcompile/compiler/diag"
@@ -41,7 +44,7 @@ type Input struct {
 	// Check compiles and checks a state given as spec data, the errors
 	// of the codes tolerate reported as warnings; the plan is refused at
 	// the first state with an error. Its warnings are kept with the
-	// step.
+	// step. It is called for several states at once.
 	Check func(data map[string]any, tolerate []string) diag.List
 	// Since is diff's analysis from a state to NEW: the units of each
 	// node that restart or start. A node this plan boots starts with the
@@ -168,8 +171,16 @@ func Make(in Input) (*Plan, error) {
 	for _, f := range []func() error{b.additions, b.removals, func() error { return b.explicit(false) },
 		b.versions, b.configuration, func() error { return b.explicit(true) }, b.servicesMove, b.addons} {
 		if err := f(); err != nil {
+			// A state before the point the plan could not go past that
+			// does not check is the first thing wrong with it.
+			if cerr := b.checkAll(); cerr != nil {
+				return nil, cerr
+			}
 			return nil, err
 		}
+	}
+	if err := b.checkAll(); err != nil {
+		return nil, err
 	}
 	b.drop()
 	if !w.final() {
@@ -206,6 +217,16 @@ type builder struct {
 	born map[string]Step
 	// bornUnits caches sinceBorn.
 	bornUnits map[string][]string
+	// unchecked are the steps whose states are yet to be checked, in
+	// order: checkAll checks them side by side.
+	unchecked []stepAt
+}
+
+// stepAt is a step of a stage, by index: a pointer into the stage's
+// steps would not survive the appends after it.
+type stepAt struct {
+	st *Stage
+	i  int
 }
 
 // transient are the warnings a state may not add to what its ends
@@ -219,14 +240,53 @@ func (b *builder) stage(name, why string) *Stage {
 	return s
 }
 
-// step records s, after the world has been moved to its state, and
-// checks that state.
+// step records s, after the world has been moved to its state; its
+// state is checked with every other by checkAll.
 func (b *builder) step(st *Stage, s Step) error {
 	b.n++
 	s.N = b.n
 	s.State = b.w.data()
+	st.Steps = append(st.Steps, s)
 	if b.in.Check != nil {
-		diags := slices.Clone(b.in.Check(s.State, s.Tolerate))
+		b.unchecked = append(b.unchecked, stepAt{st, len(st.Steps) - 1})
+	}
+	if strings.HasPrefix(s.Kind, "add ") {
+		for _, n := range s.Nodes {
+			b.born[n] = s
+		}
+	}
+	return nil
+}
+
+// checkAll checks the states of the steps recorded since it last ran,
+// as many at once as the machine has processors (a state's check is a
+// whole compile, and states do not depend on each other's), then takes
+// their diagnostics in the steps' order: the plan is refused at the
+// first state with an error; the warnings are kept with their step.
+func (b *builder) checkAll() error {
+	jobs := b.unchecked
+	b.unchecked = nil
+	results := make([]diag.List, len(jobs))
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(runtime.GOMAXPROCS(0), len(jobs)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= len(jobs) {
+					return
+				}
+				s := jobs[i].st.Steps[jobs[i].i]
+				results[i] = slices.Clone(b.in.Check(s.State, s.Tolerate))
+			}
+		}()
+	}
+	wg.Wait()
+	for i, j := range jobs {
+		s := &j.st.Steps[j.i]
+		diags := results[i]
 		b.plan.States++
 		for i, d := range diags {
 			if slices.Contains(s.Tolerate, d.Code) {
@@ -244,12 +304,6 @@ func (b *builder) step(st *Stage, s Step) error {
 		}
 		for _, d := range diags {
 			s.Warnings = append(s.Warnings, fmt.Sprintf("%s %s: %s", d.Code, d.Path, d.Message))
-		}
-	}
-	st.Steps = append(st.Steps, s)
-	if strings.HasPrefix(s.Kind, "add ") {
-		for _, n := range s.Nodes {
-			b.born[n] = s
 		}
 	}
 	return nil
@@ -277,7 +331,10 @@ func (b *builder) sinceBorn() (map[string][]string, error) {
 			}
 			byStep[s.N] = units
 		}
-		out[node] = units[node]
+		if us, ok := units[node]; ok {
+			// Listed: its files change, restarting what us says.
+			out[node] = append([]string{}, us...)
+		}
 	}
 	return out, nil
 }

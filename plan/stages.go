@@ -342,11 +342,27 @@ func (b *builder) roll(st *Stage, target func(ir.Node) versions, diff, etcd bool
 		return changed[n.Name]
 	}
 	has := func(n ir.Node, unit string) bool { return slices.Contains(restarts(n), unit) }
+	// lays says n's files change, whatever restarts: a node no step of
+	// this roll touches is given a step that lays them (a unit that reads
+	// them only at its first start, as etcd its --initial-cluster).
+	lays := func(n ir.Node) bool {
+		if !diff {
+			return false
+		}
+		if w.fresh[n.Name] {
+			_, ok := born[n.Name]
+			return ok
+		}
+		_, ok := changed[n.Name]
+		return ok
+	}
+	touched := map[string]bool{}
 	// etcd, one member at a time.
 	newEtcd := b.in.New.Cluster.Etcd.Version
 	var members []ir.Node
 	for _, n := range nodes {
-		if n.Runs(ir.ComponentEtcd) && ((etcd && w.etcd != newEtcd) || has(n, unitEtcd)) {
+		// An external member has no later step to lay its files in.
+		if n.Runs(ir.ComponentEtcd) && ((etcd && w.etcd != newEtcd) || has(n, unitEtcd) || (n.Role == ir.RoleEtcd && lays(n))) {
 			members = append(members, n)
 		}
 	}
@@ -355,6 +371,14 @@ func (b *builder) roll(st *Stage, target func(ir.Node) versions, diff, etcd bool
 			w.etcd = newEtcd
 		}
 		m := len(w.etcdMembers().Members)
+		touched[n.Name] = true
+		if !(etcd && w.etcd != newEtcd) && !has(n, unitEtcd) {
+			if err := b.step(st, Step{Kind: "etcd", Nodes: []string{n.Name}, Rule: rule("etcd-first"),
+				Actions: []string{fmt.Sprintf("lay %s's files: etcd reads what changes in them only when a member bootstraps, so nothing restarts", n.Name)}}); err != nil {
+				return err
+			}
+			continue
+		}
 		if err := b.step(st, Step{Kind: "etcd", Nodes: []string{n.Name}, Restarts: withInstall(has(n, unitInstall), unitEtcd), Rule: rule("etcd-first"),
 			Actions: []string{fmt.Sprintf("lay %s's files and restart etcd (etcd %s)", n.Name, w.etcdAt(etcd, newEtcd))},
 			Gates:   []string{fmt.Sprintf("etcd member %s healthy; %d of %d members healthy", n.Name, m, m)}}); err != nil {
@@ -373,6 +397,7 @@ func (b *builder) roll(st *Stage, target func(ir.Node) versions, diff, etcd bool
 		v := w.ver[id]
 		v.APIServer = t.APIServer
 		w.ver[id] = v
+		touched[n.Name] = true
 		if err := b.step(st, Step{Kind: "api server", Nodes: []string{n.Name}, Restarts: withInstall(has(n, unitInstall), unitAPIServer), Rule: rule("api-servers-first"),
 			Actions: []string{fmt.Sprintf("lay %s's files and %s (kube-apiserver %s)", n.Name, restartText(withInstall(has(n, unitInstall), unitAPIServer)), t.APIServer)},
 			Gates:   []string{"kube-apiserver of " + n.Name + " answers /readyz"}}); err != nil {
@@ -391,6 +416,7 @@ func (b *builder) roll(st *Stage, target func(ir.Node) versions, diff, etcd bool
 		}
 		v.ControllerManager, v.Scheduler = t.ControllerManager, t.Scheduler
 		w.ver[id] = v
+		touched[n.Name] = true
 		if err := b.step(st, Step{Kind: "controllers", Nodes: []string{n.Name}, Restarts: withInstall(has(n, unitInstall), unitController, unitScheduler), Rule: rule("controllers-after-api-servers"),
 			Actions: []string{fmt.Sprintf("lay %s's files and restart kube-controller-manager (%s) and kube-scheduler (%s)", n.Name, t.ControllerManager, t.Scheduler)},
 			Gates:   []string{"kube-controller-manager and kube-scheduler of " + n.Name + " answer /healthz"}}); err != nil {
@@ -434,13 +460,16 @@ func (b *builder) roll(st *Stage, target func(ir.Node) versions, diff, etcd bool
 			continue
 		}
 		units, drain := nodeUnits(n)
-		if len(units) == 0 {
+		if len(units) == 0 && (!lays(n) || touched[n.Name]) {
 			continue
 		}
 		move(n)
 		s := Step{Kind: "node", Nodes: []string{n.Name}, Restarts: units, Rule: rule("nodes-in-budget"), Drain: drain,
 			Gates: []string{n.Name + " Ready", "kube-apiserver of " + n.Name + " answers /readyz"}}
 		s.Actions = nodeActions(s, n.Name)
+		if len(units) == 0 {
+			s.Gates = nil
+		}
 		if err := b.step(st, s); err != nil {
 			return err
 		}
@@ -454,7 +483,7 @@ func (b *builder) roll(st *Stage, target func(ir.Node) versions, diff, etcd bool
 				continue
 			}
 			us, drain := nodeUnits(n)
-			if len(us) > 0 {
+			if len(us) > 0 || lays(n) {
 				todo = append(todo, n)
 				units[n.Name], drains[n.Name] = us, drain
 			}
@@ -482,6 +511,9 @@ func (b *builder) roll(st *Stage, target func(ir.Node) versions, diff, etcd bool
 			s.DrainTimeout = drainTimeout(g, s.Drain)
 			s.Actions = nodeActions(s, strings.Join(s.Nodes, " "))
 			s.Gates = []string{"each node Ready"}
+			if len(s.Restarts) == 0 {
+				s.Gates = nil
+			}
 			if s.Drain {
 				s.Gates = append(s.Gates, "the pods evicted from them running elsewhere")
 			}
@@ -516,6 +548,9 @@ func nodeActions(s Step, names string) []string {
 	var out []string
 	if s.Drain {
 		out = append(out, drainAction(names))
+	}
+	if len(s.Restarts) == 0 {
+		return append(out, "lay the files of "+names+": nothing that reads them restarts for it")
 	}
 	out = append(out, "lay the files of "+names+" and "+restartText(s.Restarts))
 	if s.Drain {

@@ -471,7 +471,7 @@ func restarts(a, b map[string][]byte, changedRoots map[string]bool) (restart, st
 		for len(queue) > 0 && !hit {
 			root := queue[0]
 			queue = queue[1:]
-			if changedRoots[root] {
+			if changedRoots[root] && !(u == etcdUnit && root == file && bootstrapOnly(a[root], b[root])) {
 				hit = true
 				break
 			}
@@ -497,6 +497,19 @@ func restarts(a, b map[string][]byte, changedRoots map[string]bool) (restart, st
 	slices.Sort(start)
 	slices.Sort(stop)
 	return restart, start, stop
+}
+
+const etcdUnit = "etcd.service"
+
+// etcdBootstrapFlag are the flags etcd reads only when it bootstraps a
+// member, its data directory empty; a member that restarts ignores them.
+var etcdBootstrapFlag = regexp.MustCompile(`--initial-cluster(-state|-token)?=\S*`)
+
+// bootstrapOnly says two etcd unit files differ only in the flags etcd
+// reads when it bootstraps a member: a change of the membership's list
+// (a member added or removed elsewhere) is laid, and restarts nothing.
+func bootstrapOnly(a, b []byte) bool {
+	return bytes.Equal(etcdBootstrapFlag.ReplaceAll(a, nil), etcdBootstrapFlag.ReplaceAll(b, nil))
 }
 
 // resolve is the node files a referenced path names: the file itself, or

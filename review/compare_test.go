@@ -144,6 +144,35 @@ func TestRestartsFollowReferences(t *testing.T) {
 	}
 }
 
+// TestEtcdBootstrapFlagsRestartNothing: a member reads --initial-cluster
+// and its kin only when it bootstraps, so a unit that changes only in
+// them restarts nothing; any other flag restarts etcd.
+func TestEtcdBootstrapFlagsRestartNothing(t *testing.T) {
+	unit := func(initial, state, quota string) *targets.Tree {
+		tr := targets.NewTree()
+		tr.Add("nodes/cp1/etc/systemd/system/etcd.service", []byte("[Service]\nExecStart=/usr/local/bin/etcd --name=cp1 \\\n  --initial-cluster="+initial+" \\\n  --initial-cluster-state="+state+" \\\n  --initial-cluster-token=t \\\n  --quota-backend-bytes="+quota+"\n"), 0o644)
+		return tr
+	}
+	base := unit("cp1=https://10.0.0.11:2380,cp2=https://10.0.0.12:2380", "existing", "1")
+	for _, c := range []struct {
+		name     string
+		head     *targets.Tree
+		restarts string
+	}{
+		{"a member added elsewhere", unit("cp1=https://10.0.0.11:2380,cp2=https://10.0.0.12:2380,cp3=https://10.0.0.13:2380", "existing", "1"), ""},
+		{"joined: state new", unit("cp1=https://10.0.0.11:2380,cp2=https://10.0.0.12:2380", "new", "1"), ""},
+		{"another flag", unit("cp1=https://10.0.0.11:2380,cp2=https://10.0.0.12:2380,cp3=https://10.0.0.13:2380", "existing", "2"), "etcd.service"},
+	} {
+		rep := Compare(Side{Tree: base}, Side{Tree: c.head}, Options{})
+		if len(rep.Nodes) != 1 || rep.Nodes[0].Files != 1 {
+			t.Fatalf("%s: nodes %+v", c.name, rep.Nodes)
+		}
+		if got := strings.Join(rep.Nodes[0].Restarts, ","); got != c.restarts {
+			t.Errorf("%s: restarts %q, want %q", c.name, got, c.restarts)
+		}
+	}
+}
+
 // TestSecretsAreHashed: private files, keys and encryption configs show a
 // hash, never their content, whatever their path.
 func TestSecretsAreHashed(t *testing.T) {

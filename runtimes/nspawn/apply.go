@@ -768,7 +768,13 @@ func (a *applier) gates(ctx context.Context, c *ir.Cluster, n ir.Node, units []s
 			return err
 		}
 	}
-	if n.RunsPods() {
+	// The control plane's own components have their gates above; a
+	// kubelet's renewed lease proves the node's own path to the API
+	// (its kubelet, runtime, proxy, or the endpoint it reaches through).
+	controlPlaneOnly := len(units) > 0 && !slices.ContainsFunc(units, func(u string) bool {
+		return !slices.Contains([]string{"etcd.service", "kube-apiserver.service", "kube-controller-manager.service", "kube-scheduler.service"}, u)
+	})
+	if n.RunsPods() && !controlPlaneOnly {
 		if err := a.await(ctx, n.Name+" Ready, its kubelet's lease renewed since the restart", func() (bool, string) {
 			var l coordinationv1.Lease
 			if err := a.kube.get(ctx, "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/"+n.Name, &l); err != nil {
@@ -850,6 +856,7 @@ func (a *applier) drain(ctx context.Context, node string, timeout time.Duration)
 		return err
 	}
 	a.log("  %s: cordoned", node)
+	began := a.cfg.Now()
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	left := -1
@@ -883,7 +890,7 @@ func (a *applier) drain(ctx context.Context, node string, timeout time.Duration)
 			}
 		}
 		if left == 0 {
-			a.log("  %s: drained", node)
+			a.log("  %s: drained (%s)", node, a.cfg.Now().Sub(began).Round(100*time.Millisecond))
 			return nil
 		}
 		select {

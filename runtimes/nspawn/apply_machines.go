@@ -217,10 +217,11 @@ func (a *applier) remove(ctx context.Context, s change.Step, prevC, c *ir.Cluste
 			}
 		}
 		if slices.ContainsFunc(st.Nodes, func(ns NodeStatus) bool { return ns.Name == name }) {
+			began := a.cfg.Now()
 			if _, err := ctl.RemoveMachine(ctx, MachineRequest{Node: name, State: string(text), Tolerate: s.Tolerate}); err != nil {
 				return fmt.Errorf("removing machine %s: %v", name, err)
 			}
-			a.log("  %s: powered off, machine removed", name)
+			a.log("  %s: powered off, machine removed (%s)", name, a.cfg.Now().Sub(began).Round(100*time.Millisecond))
 		}
 		a.forget(name)
 		if nodes[name].RunsPods() {

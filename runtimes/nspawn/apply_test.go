@@ -32,6 +32,7 @@ import (
 	"github.com/kcompile/kcompile/layout"
 	"github.com/kcompile/kcompile/pipeline"
 	change "github.com/kcompile/kcompile/plan"
+	"github.com/kcompile/kcompile/review"
 	"github.com/kcompile/kcompile/targets"
 )
 
@@ -542,7 +543,11 @@ func kubeletsAgainst(t *testing.T, c *Cluster, node string) (checked int, newer 
 // API server after a step nor ever reached one of an older minor (every
 // kubelet request in the API servers' audit logs), that etcd and
 // containerd never restarted, and that every component runs 1.37.2 at
-// the end, the nodes' files the new build.
+// the end, the Nodes' labels and taints and the nodes' files the new
+// build's. The upgraded cluster then goes through the VIP drill
+// (vipFailover) and has its machines changed (growAndShrink): one
+// cluster for the three, as booting one takes a minute and a half of
+// CI's 25.
 func TestUpApplyVersionHA(t *testing.T) {
 	// The change also moves the pools' labels and taints, which a
 	// restarted kubelet does not: the plan's labels step sets them.
@@ -665,12 +670,87 @@ func TestUpApplyVersionHA(t *testing.T) {
 	if err := e.apply(ctx, e.plan(dir), dir, again, ".bin/node", false, false); err != nil || !strings.Contains(again.String(), "nothing to apply") {
 		t.Errorf("a second apply: %v\n%s", err, again)
 	}
+	e.runningIsBuilt(ctx, dir, oldDir)
+	if t.Failed() {
+		return
+	}
+	// The upgraded cluster's VIP holder loses its power, and comes back.
+	vipFailover(t, e.c, "w1")
+	webAvailable(t, k)
 	if t.Failed() {
 		return
 	}
 	// The upgraded cluster changes machines: those apply adds boot the
 	// programs it was given, not up's older ones.
 	growAndShrink(t, e, k, dir, ".bin/node", "v1.37.2")
+}
+
+// runningIsBuilt holds every running machine's files to the build of
+// the spec in dir with kcompile diff's comparison (review.Compare, modes
+// included): each node's files of that build as the machine holds them,
+// and those the build of the spec in was (the spec before the change)
+// had and this one has not, where the machine still holds them.
+func (e *applyEnv) runningIsBuilt(ctx context.Context, dir, was string) {
+	t := e.t
+	t.Helper()
+	_, tree, err := e.build(compiler.Source{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, before, err := e.build(compiler.Source{Dir: was})
+	if err != nil {
+		t.Fatal(err)
+	}
+	running, built := targets.NewTree(), targets.NewTree()
+	nodes := 0
+	for _, ns := range e.c.Status(ctx).Nodes {
+		if ns.State != "running" {
+			continue
+		}
+		nodes++
+		root := fmt.Sprintf("/proc/%d/root", firstChild(ns.PID))
+		prefix := layout.NodeTree(ns.Name, "")
+		read := func(f targets.File) {
+			rel, ok := strings.CutPrefix(f.Path, prefix)
+			if !ok {
+				return
+			}
+			p := filepath.Join(root, filepath.FromSlash(rel))
+			data, err := os.ReadFile(p)
+			if os.IsNotExist(err) {
+				return
+			}
+			st, serr := os.Stat(p)
+			if err != nil || serr != nil {
+				t.Fatalf("%s: %v %v", p, err, serr)
+			}
+			if err := running.Add(f.Path, data, st.Mode().Perm()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, f := range tree.Files() {
+			if strings.HasPrefix(f.Path, prefix) {
+				if err := built.Add(f.Path, f.Data, f.Mode); err != nil {
+					t.Fatal(err)
+				}
+				read(f)
+			}
+		}
+		for _, f := range before.Files() {
+			if _, ok := tree.Get(f.Path); !ok {
+				read(f)
+			}
+		}
+	}
+	r := review.Compare(review.Side{Label: "running", Tree: running}, review.Side{Label: "built", Tree: built}, review.Options{})
+	if !r.Equal() {
+		var b strings.Builder
+		if err := r.WriteText(&b, false); err != nil {
+			t.Fatal(err)
+		}
+		t.Errorf("the running nodes' files are not the build of %s:\n%s", dir, b.String())
+	}
+	t.Logf("the files of %d running machines (%d) are the build, by kcompile diff's comparison", nodes, built.Len())
 }
 
 // twoPools is the highly available cluster's worker split into two

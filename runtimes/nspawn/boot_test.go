@@ -1138,29 +1138,33 @@ func vipHolder(t *testing.T, c *Cluster, vip string) string {
 	return holders[0]
 }
 
-// TestUpVIPFailover boots three control-plane nodes that serve the API
-// endpoint's VIP themselves (keepalived and HAProxy from the image's
-// packages, the compiled configurations) and a worker; the machine
-// holding the VIP loses its power, and the API answers through the
-// endpoint within 10 s, from another holder, while the worker stays
-// Ready.
-func TestUpVIPFailover(t *testing.T) {
-	c, out := boot(t, fixture.Path("runtimes/nspawn/testdata/vip"), pipeline.Systemd)
+// vipFailover drills a cluster of three control-plane nodes that serve
+// the API endpoint's VIP themselves (keepalived and HAProxy from the
+// image's packages, the compiled configurations) and workers, worker
+// among them: pod to pod across nodes through flannel's VXLAN device;
+// then the machine holding the VIP loses its power, and the API answers
+// through the endpoint within 10 s, from another holder, while the
+// worker stays Ready; node start brings the machine back Ready. The
+// drill's pods are deleted at the end. TestUpApplyVersionHA runs it on
+// its cluster once upgraded.
+func vipFailover(t *testing.T, c *Cluster, worker string) {
+	t.Helper()
 	for _, a := range c.Adjustments() {
 		if a.Name == "endpoint" {
 			t.Errorf("up served the endpoint itself: %s", a)
 		}
 	}
-	vip := out.Cluster.Endpoint.Address.String()
+	endpoint := c.cfg.Cluster.Endpoint
+	vip := endpoint.Address.String()
 	k := admin(t, c)
 	ctx := context.Background()
 	// flannel's VXLAN backend (nodelocal boots host-gw): pod to pod
 	// across nodes through flannel.1.
-	pods := runWorkload(t, k, []string{"w1", "cp3"})
-	if links, err := c.Exec(ctx, "w1", "ip", "-o", "link", "show", "type", "vxlan"); err != nil || !strings.Contains(string(links), "flannel.1") {
-		t.Errorf("w1 has no flannel.1 VXLAN device (%v): %s", err, links)
+	pods := runWorkload(t, k, []string{worker, "cp3"})
+	if links, err := c.Exec(ctx, worker, "ip", "-o", "link", "show", "type", "vxlan"); err != nil || !strings.Contains(string(links), "flannel.1") {
+		t.Errorf("%s has no flannel.1 VXLAN device (%v): %s", worker, err, links)
 	}
-	podToPod(t, k, pods, "w1", "cp3")
+	podToPod(t, k, pods, worker, "cp3")
 	before := vipHolder(t, c, vip)
 	t.Logf("%s holds the VIP", before)
 	// keepalived runs its check of HAProxy every second: a sandbox that
@@ -1189,8 +1193,8 @@ func TestUpVIPFailover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.VIPHolder != before || st.EtcdLeader == "" || len(st.Nodes) != 4 {
-		t.Errorf("status before the drill: %+v; want the VIP on %s, an etcd leader, 4 nodes", st, before)
+	if machines := len(c.machines()); st.VIPHolder != before || st.EtcdLeader == "" || len(st.Nodes) != machines {
+		t.Errorf("status before the drill: %+v; want the VIP on %s, an etcd leader, %d nodes", st, before, machines)
 	}
 	probe := startProbe(ctx, k)
 	time.Sleep(time.Second)
@@ -1204,13 +1208,13 @@ func TestUpVIPFailover(t *testing.T) {
 	// flight may still come from it.
 	eventually(t, 30*time.Second, "the API through the endpoint", func() error {
 		if !probe.answeredSince(killed.Add(time.Second)) {
-			return fmt.Errorf("%s/readyz does not answer", out.Cluster.Endpoint.URL())
+			return fmt.Errorf("%s/readyz does not answer", endpoint.URL())
 		}
 		return nil
 	})
 	outage := probe.stop(stopped)
 	after := vipHolder(t, c, vip)
-	t.Logf("the API through %s: at most %.1fs without an answer after %s stopped; %s holds the VIP", out.Cluster.Endpoint.URL(), outage.Seconds(), before, after)
+	t.Logf("the API through %s: at most %.1fs without an answer after %s stopped; %s holds the VIP", endpoint.URL(), outage.Seconds(), before, after)
 	if after == before {
 		t.Fatalf("the VIP stayed with the stopped %s", before)
 	}
@@ -1241,14 +1245,14 @@ func TestUpVIPFailover(t *testing.T) {
 		if err := k.get(ctx, "/api/v1/nodes/"+before, &gone); err != nil {
 			t.Fatalf("through the endpoint: %v", err)
 		}
-		if err := k.get(ctx, "/api/v1/nodes/w1", &w); err != nil {
+		if err := k.get(ctx, "/api/v1/nodes/"+worker, &w); err != nil {
 			t.Fatalf("through the endpoint: %v", err)
 		}
 		if !nodeReady(w) {
-			t.Fatalf("w1 went NotReady after %s stopped", before)
+			t.Fatalf("%s went NotReady after %s stopped", worker, before)
 		}
 		if !nodeReady(gone) {
-			t.Logf("%s NotReady %.0fs after it stopped; w1 Ready throughout", before, time.Since(stopped).Seconds())
+			t.Logf("%s NotReady %.0fs after it stopped; %s Ready throughout", before, time.Since(stopped).Seconds(), worker)
 			break
 		}
 		if time.Now().After(deadline) {
@@ -1282,6 +1286,20 @@ func TestUpVIPFailover(t *testing.T) {
 			t.Errorf("after node start: %+v", n)
 		}
 	}
+	for n := range pods {
+		if _, err := k.do(ctx, http.MethodDelete, "/api/v1/namespaces/default/pods/echo-"+n+"?gracePeriodSeconds=1", "", nil); err != nil {
+			t.Errorf("deleting the drill's pod on %s: %v", n, err)
+		}
+	}
+	eventually(t, time.Minute, "the drill's pods gone", func() error {
+		for n := range pods {
+			var p corev1.Pod
+			if err := k.get(ctx, "/api/v1/namespaces/default/pods/echo-"+n, &p); err == nil {
+				return fmt.Errorf("echo-%s is still there (%s)", n, p.Status.Phase)
+			}
+		}
+		return nil
+	})
 }
 
 // probe polls an API's /readyz until stopped, keeping when each answer
