@@ -569,7 +569,7 @@ func TestUpApplyVersionHA(t *testing.T) {
 	for _, s := range steps(p) {
 		kinds = append(kinds, strings.SplitN(s, " [", 2)[0]+" "+strings.SplitN(strings.SplitN(s, "[", 2)[1], "]", 2)[0])
 	}
-	want := []string{"api server cp1", "api server cp2", "api server cp3", "controllers cp1", "controllers cp2", "controllers cp3", "node cp1", "node cp2", "node cp3", "workers w1", "workers g1", "labels w1 g1"}
+	want := []string{"api server cp1", "api server cp2", "api server cp3", "controllers cp1", "controllers cp2", "controllers cp3", "node cp1", "node cp2", "node cp3", "workers w1", "workers g1", "labels g1 w1"}
 	if !slices.Equal(kinds, want) {
 		t.Fatalf("plan %q, want %q", kinds, want)
 	}
