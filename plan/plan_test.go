@@ -22,6 +22,7 @@ import (
 	"github.com/kcompile/kcompile/internal/fixture"
 	"github.com/kcompile/kcompile/layout"
 	"github.com/kcompile/kcompile/plan"
+	"github.com/kcompile/kcompile/review"
 )
 
 // cluster is a spec of a test: three control-plane nodes in three zones
@@ -366,6 +367,39 @@ func TestServiceCIDRMove(t *testing.T) {
 	}
 }
 
+// A worker whose files change with nothing to restart has them laid by
+// a step outside its pool's budget: it is not taken out of the pool, so a
+// pool with maxUnavailable 0 does not refuse it.
+func TestLayOnlyOutsideTheBudget(t *testing.T) {
+	dir := cluster{green: 2, greenZero: true}.write(t)
+	c, diags := compiler.Compile(compiler.Source{Dir: dir})
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	data, diags := compiler.Concrete(compiler.Source{Dir: dir})
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	side := plan.Side{Label: dir, Cluster: c, Data: data}
+	// As diff reports a file no unit reads, changed on both workers.
+	report := &review.Report{Nodes: []review.NodeChange{
+		{Node: "green-1", Status: review.Modified, Files: 1},
+		{Node: "green-2", Status: review.Modified, Files: 1},
+	}}
+	p, err := plan.Make(plan.Input{Old: side, New: side, Report: report})
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := steps(p)
+	if len(all) != 1 || all[0].Kind != "workers" || !slices.Equal(all[0].Nodes, []string{"green-1", "green-2"}) ||
+		len(all[0].Restarts) != 0 || all[0].Drain || len(all[0].Gates) != 0 {
+		t.Fatalf("steps %+v, want one that lays green-1's and green-2's files", all)
+	}
+	if !strings.Contains(strings.Join(all[0].Actions, "\n"), "nothing that reads them restarts") {
+		t.Errorf("the step says %q", all[0].Actions)
+	}
+}
+
 // TestPlanInvariants holds every state of plans between generated pairs
 // of clusters to the rules: compiled again, no two API servers more than
 // one minor apart, nothing newer than the oldest API server, a worker
@@ -392,11 +426,14 @@ func TestPlanInvariants(t *testing.T) {
 		if r.Intn(3) == 0 {
 			new.cps = []string{"cp1 10.0.0.11 a", "cp2 10.0.0.12 b", "cp3 10.0.0.13 c", "cp4 10.0.0.14 d", "cp5 10.0.0.15 e"}
 		}
+		if r.Intn(3) == 0 {
+			new.serviceCIDR = "10.112.0.0/12"
+		}
 		var via []string
 		for m := oldMinor + 1; m < newMinor; m++ {
 			via = append(via, fmt.Sprintf("1.%d.9", m))
 		}
-		name := fmt.Sprintf("%s→%s,blue%d→%d,green%d→%d,cps%d", old.version, new.version, old.blue, new.blue, old.green, new.green, len(new.cps))
+		name := fmt.Sprintf("%s→%s,blue%d→%d,green%d→%d,cps%d,services%q", old.version, new.version, old.blue, new.blue, old.green, new.green, len(new.cps), new.serviceCIDR)
 		t.Run(name, func(t *testing.T) {
 			newDir := new.write(t)
 			p, err := makePlan(t, old.write(t), newDir, via...)
@@ -405,6 +442,13 @@ func TestPlanInvariants(t *testing.T) {
 			}
 			budgets := map[string]int{"blue": budget(old.blueBudget, max(old.blue, new.blue)), "green": 1}
 			var prev *ir.Cluster
+			// The kubernetes Service's addresses: NEW's in every state, and
+			// OLD's too until the Services have moved.
+			moved := new.serviceCIDR == ""
+			oldSvc, newSvc := netip.MustParseAddr("10.96.0.1"), netip.MustParseAddr("10.96.0.1")
+			if !moved {
+				newSvc = netip.MustParseAddr("10.112.0.1")
+			}
 			for _, s := range steps(p) {
 				src, err := compiler.StateSource(compiler.Source{Dir: newDir, Tolerate: s.Tolerate}, s.State)
 				if err != nil {
@@ -413,6 +457,14 @@ func TestPlanInvariants(t *testing.T) {
 				c, diags := compiler.Compile(src)
 				if diags.HasErrors() {
 					t.Fatalf("step %d's state does not compile: %v", s.N, diags)
+				}
+				for _, cert := range pki.Catalogue(c) {
+					if cert.File == layout.APIServerStem && (!slices.Contains(cert.IPs, newSvc) || !moved && !slices.Contains(cert.IPs, oldSvc)) {
+						t.Errorf("step %d: %s's serving certificate: %v, want %s and, until the Services move, %s", s.N, cert.Node, cert.IPs, newSvc, oldSvc)
+					}
+				}
+				if s.Kind == "explicit" && strings.Contains(strings.Join(s.Actions, "\n"), "recreate every Service outside the new range") {
+					moved = true
 				}
 				if len(s.Tolerate) > 0 && !strings.HasPrefix(s.Kind, "add control-plane") && !strings.HasPrefix(s.Kind, "remove control-plane") {
 					t.Errorf("step %d (%s) tolerates %v: only a membership step may", s.N, s.Kind, s.Tolerate)

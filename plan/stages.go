@@ -475,7 +475,7 @@ func (b *builder) roll(st *Stage, target func(ir.Node) versions, diff, etcd bool
 		}
 	}
 	for _, g := range b.in.New.Cluster.Rollouts {
-		var todo []ir.Node
+		var todo, layOnly []ir.Node
 		drains := map[string]bool{}
 		units := map[string][]string{}
 		for _, n := range nodes {
@@ -483,17 +483,25 @@ func (b *builder) roll(st *Stage, target func(ir.Node) versions, diff, etcd bool
 				continue
 			}
 			us, drain := nodeUnits(n)
-			if len(us) > 0 || lays(n) {
+			switch {
+			case len(us) > 0:
 				todo = append(todo, n)
 				units[n.Name], drains[n.Name] = us, drain
+			case lays(n):
+				layOnly = append(layOnly, n)
 			}
 		}
-		if len(todo) == 0 {
-			continue
+		var batches [][]ir.Node
+		if len(todo) > 0 {
+			var err error
+			if batches, err = batch(g, todo); err != nil {
+				return err
+			}
 		}
-		batches, err := batch(g, todo)
-		if err != nil {
-			return err
+		// Nodes that only have files laid are not taken out of the pool:
+		// one step, outside its budget.
+		if len(layOnly) > 0 {
+			batches = append(batches, layOnly)
 		}
 		for _, bn := range batches {
 			s := Step{Kind: "workers", Rule: rule("nodes-in-budget")}

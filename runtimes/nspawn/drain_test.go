@@ -69,7 +69,7 @@ func TestDrain(t *testing.T) {
 	}))
 	defer srv.Close()
 	var log strings.Builder
-	a := &applier{kube: &kube{server: srv.URL, http: srv.Client(), resources: map[string]map[string]apiResource{}}}
+	a := &applier{cfg: ApplyConfig{Now: time.Now}, kube: &kube{server: srv.URL, http: srv.Client(), resources: map[string]map[string]apiResource{}}}
 	a.log = func(format string, args ...any) { log.WriteString(strings.TrimSpace(format) + "\n") }
 	if err := a.drain(t.Context(), "w1", 30*time.Second); err != nil {
 		t.Fatal(err)
