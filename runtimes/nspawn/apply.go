@@ -815,10 +815,17 @@ func (a *applier) await(ctx context.Context, what string, f func() (bool, string
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.GateTimeout)
 	defer cancel()
 	last := ""
+	began := a.cfg.Now()
 	for {
 		ok, status := f()
 		if ok {
-			a.log("  gate: %s", what)
+			// How long a gate held a step up says where a step's time
+			// went; one that held at once says nothing more.
+			if waited := a.cfg.Now().Sub(began); waited >= time.Second {
+				a.log("  gate: %s (after %s)", what, waited.Round(100*time.Millisecond))
+			} else {
+				a.log("  gate: %s", what)
+			}
 			return nil
 		}
 		last = status

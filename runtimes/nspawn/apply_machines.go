@@ -94,13 +94,33 @@ func (a *applier) add(ctx context.Context, s change.Step, c *ir.Cluster, tree *t
 			continue
 		}
 		if m, ok := memberOf(c, name); ok {
-			through, err := a.etcd.healthyMember(ctx, c.Etcd.Members, name)
+			// etcd refuses a member add ("unhealthy cluster") until every
+			// member it lists has been connected to the leader for a few
+			// seconds: a member whose machine was just powered back on is
+			// waited for, within the gate's time.
+			var running []ir.EtcdMember
+			for _, o := range c.Etcd.Members {
+				if o.Name != name {
+					running = append(running, o)
+				}
+			}
+			through, err := a.etcd.healthyMember(ctx, running, name)
 			if err != nil {
 				return err
 			}
-			added, err := a.etcd.addMember(ctx, through, m)
-			if err != nil {
-				return fmt.Errorf("adding etcd member %s: %v", name, err)
+			var added bool
+			var addErr error
+			if err := a.await(ctx, fmt.Sprintf("etcd accepting member %s", name), func() (bool, string) {
+				added, addErr = a.etcd.addMember(ctx, through, m)
+				if addErr != nil && strings.Contains(addErr.Error(), "unhealthy cluster") {
+					return false, addErr.Error()
+				}
+				return true, ""
+			}); err != nil {
+				return err
+			}
+			if addErr != nil {
+				return fmt.Errorf("adding etcd member %s: %v", name, addErr)
 			}
 			if added {
 				a.log("  etcd member %s added (%s), through %s", name, m.PeerURL(), through)

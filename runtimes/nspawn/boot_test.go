@@ -1266,12 +1266,25 @@ func vipFailover(t *testing.T, c *Cluster, worker string) {
 	}
 	t.Logf("%s's lease renewed twice through the endpoint by %.0fs after %s stopped; Ready throughout", worker, time.Since(stopped).Seconds(), before)
 
-	// node start boots it again, with its disk: Ready again.
+	// node start boots it again, with its disk: Ready again, by a lease
+	// its kubelet renewed since (the Node may not have been found
+	// NotReady yet), its etcd member healthy again.
 	started := time.Now()
 	if _, err := ctl.Power(ctx, before, PowerStart); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 3*time.Minute, before+" Ready again", func() error {
+	etcd, err := c.etcdClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 3*time.Minute, before+" back", func() error {
+		var l coordinationv1.Lease
+		if err := k.get(ctx, "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/"+before, &l); err != nil {
+			return err
+		}
+		if l.Spec.RenewTime == nil || !l.Spec.RenewTime.After(started) {
+			return fmt.Errorf("%s's lease not renewed since node start", before)
+		}
 		var n corev1.Node
 		if err := k.get(ctx, "/api/v1/nodes/"+before, &n); err != nil {
 			return err
@@ -1279,9 +1292,14 @@ func vipFailover(t *testing.T, c *Cluster, worker string) {
 		if !nodeReady(n) {
 			return fmt.Errorf("%s not Ready", before)
 		}
+		for _, m := range c.cfg.Cluster.Etcd.Members {
+			if m.Node == before && !etcd.healthy(ctx, m.ClientURL()) {
+				return fmt.Errorf("etcd member %s not healthy", m.Name)
+			}
+		}
 		return nil
 	})
-	t.Logf("%s Ready %.0fs after node start", before, time.Since(started).Seconds())
+	t.Logf("%s back (lease renewed, Ready, its etcd member healthy) %.0fs after node start", before, time.Since(started).Seconds())
 	st, err = ctl.Status(ctx)
 	if err != nil {
 		t.Fatal(err)
