@@ -5,11 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/kcompile/kcompile/compiler"
 	"github.com/kcompile/kcompile/compiler/ir"
@@ -251,6 +255,18 @@ func (a *applier) remove(ctx context.Context, s change.Step, prevC, c *ir.Cluste
 				return fmt.Errorf("deleting Node %s: %v", name, err)
 			}
 			a.log("  Node %s deleted", name)
+			// Its pods stay in the API until the pod garbage collector
+			// finds them orphaned, 40 s after the Node went, and meanwhile
+			// count against their DaemonSets. The machine is gone, so
+			// nothing of them runs: they are deleted at once, as the
+			// collector would.
+			gone, err := a.deletePodsOf(ctx, name)
+			if err != nil {
+				return fmt.Errorf("deleting the pods of %s: %v", name, err)
+			}
+			if gone > 0 {
+				a.log("  %d pods of %s deleted", gone, name)
+			}
 		}
 	}
 	if err := a.allMembers(ctx, c); err != nil {
@@ -265,6 +281,25 @@ func (a *applier) remove(ctx context.Context, s change.Step, prevC, c *ir.Cluste
 		return a.await(ctx, "the drained nodes' workloads available", func() (bool, string) { return a.kube.workloadsReady(ctx) })
 	}
 	return nil
+}
+
+// deletePodsOf deletes, without a grace period, the pods bound to a
+// node whose machine is gone.
+func (a *applier) deletePodsOf(ctx context.Context, node string) (int, error) {
+	var pods corev1.PodList
+	if err := a.kube.get(ctx, "/api/v1/pods?fieldSelector="+url.QueryEscape("spec.nodeName="+node), &pods); err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, p := range pods.Items {
+		_, err := a.kube.do(ctx, http.MethodDelete, path.Join("/api/v1/namespaces", p.Namespace, "pods", p.Name)+"?gracePeriodSeconds=0", "", nil)
+		var ae *apiError
+		if err != nil && !(errors.As(err, &ae) && ae.code == http.StatusNotFound) {
+			return n, fmt.Errorf("pod %s/%s: %v", p.Namespace, p.Name, err)
+		}
+		n++
+	}
+	return n, nil
 }
 
 // allMembers waits until every etcd member of the state answers healthy
