@@ -89,6 +89,20 @@ func makePlan(t testing.TB, old, new string, via ...string) (*plan.Plan, error) 
 		Rand: rand.New(rand.NewSource(1)), Cwd: "/"}, v)
 }
 
+// compileState compiles a step's state as a spec placed in dir.
+func compileState(t testing.TB, dir string, s plan.Step) *ir.Cluster {
+	t.Helper()
+	src, err := compiler.StateSource(compiler.Source{Dir: dir, Tolerate: s.Tolerate}, s.State)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, diags := compiler.Compile(src)
+	if diags.HasErrors() {
+		t.Fatalf("step %d's state does not compile: %v", s.N, diags)
+	}
+	return c
+}
+
 func steps(p *plan.Plan) []plan.Step {
 	var out []plan.Step
 	for _, s := range p.Stages {
@@ -342,14 +356,7 @@ func TestServiceCIDRMove(t *testing.T) {
 	// The certificates of every state, compiled again.
 	old4, new4 := netip.MustParseAddr("10.96.0.1"), netip.MustParseAddr("10.112.0.1")
 	for i, s := range all {
-		src, err := compiler.StateSource(compiler.Source{Dir: new}, s.State)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c, diags := compiler.Compile(src)
-		if diags.HasErrors() {
-			t.Fatalf("step %d: %v", s.N, diags)
-		}
+		c := compileState(t, new, s)
 		for _, cert := range pki.Catalogue(c) {
 			if cert.File != layout.APIServerStem {
 				continue
@@ -450,14 +457,7 @@ func TestPlanInvariants(t *testing.T) {
 				newSvc = netip.MustParseAddr("10.112.0.1")
 			}
 			for _, s := range steps(p) {
-				src, err := compiler.StateSource(compiler.Source{Dir: newDir, Tolerate: s.Tolerate}, s.State)
-				if err != nil {
-					t.Fatal(err)
-				}
-				c, diags := compiler.Compile(src)
-				if diags.HasErrors() {
-					t.Fatalf("step %d's state does not compile: %v", s.N, diags)
-				}
+				c := compileState(t, newDir, s)
 				for _, cert := range pki.Catalogue(c) {
 					if cert.File == layout.APIServerStem && (!slices.Contains(cert.IPs, newSvc) || !moved && !slices.Contains(cert.IPs, oldSvc)) {
 						t.Errorf("step %d: %s's serving certificate: %v, want %s and, until the Services move, %s", s.N, cert.Node, cert.IPs, newSvc, oldSvc)
