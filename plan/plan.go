@@ -106,6 +106,28 @@ type Step struct {
 // only OLD's have.
 const KindLabels = "labels"
 
+// KindServiceRange is the step that opens NEW's service ranges before
+// anything runs them: a ServiceCIDR object of NEW's ranges
+// (ServiceRangeName) and, where the DNS address moves, a Service at the
+// new one beside CoreDNS's (DNSBridgeName). KindServiceMove ends the
+// change once every node runs NEW's ranges: Services move into them,
+// the pods holding old addresses restart, the bridges and the old
+// default ServiceCIDR go.
+const (
+	KindServiceRange = "service range"
+	KindServiceMove  = "service move"
+	// ServiceRangeName is the ServiceCIDR of NEW's ranges while a move
+	// lasts; the API servers' default one (kubernetes) takes its place
+	// at the end.
+	ServiceRangeName = "kcompile-next"
+	// DNSBridgeName is the Service in kube-system at NEW's DNS address
+	// while kube-dns keeps OLD's; APIBridgeName the one at the kubernetes
+	// Service's old address once that Service has moved, until the pods
+	// that reach the API there restart.
+	DNSBridgeName = "kcompile-dns-next"
+	APIBridgeName = "kcompile-api-previous"
+)
+
 // Rule is one rule that orders a plan.
 type Rule struct {
 	ID   string `json:"id"`
@@ -125,6 +147,7 @@ func Rules() []Rule {
 		{"replace-in-place", "a member whose address changes is removed, then added at its new address: a name stands for one member at a time"},
 		{"restart-what-changed", "a configuration change restarts only the units whose files changed (kcompile diff's analysis), in the same order and budgets"},
 		{"explicit-step", "a change a restart does not apply (labels of registered nodes, the service CIDR, the pod CIDR, the cluster domain, a CA) is an explicit step with its procedure"},
+		{"service-range-first", "a service CIDR change opens NEW's range (a ServiceCIDR object, and a Service at the new DNS address beside CoreDNS's) before any node runs it, and ends once every node does: Services move into the new range and the pods that hold old addresses restart"},
 		{"sans-until-moved", "a service CIDR move keeps the kubernetes Service's old address in the API servers' certificates in every state until its Services are recreated in the new range and its pods restarted; then the API servers restart without it, one at a time"},
 		{"addons-last", "addons are applied last, once every node runs the new configuration"},
 	}
@@ -168,7 +191,7 @@ func Make(in Input) (*Plan, error) {
 	for _, d := range append(slices.Clone(in.Old.Diagnostics), in.New.Diagnostics...) {
 		b.ends[d.Code+" "+d.Message] = true
 	}
-	for _, f := range []func() error{b.additions, b.removals, func() error { return b.explicit(false) },
+	for _, f := range []func() error{b.servicesOpen, b.additions, b.removals, func() error { return b.explicit(false) },
 		b.versions, b.configuration, func() error { return b.explicit(true) }, b.servicesMove, b.addons} {
 		if err := f(); err != nil {
 			// A state before the point the plan could not go past that

@@ -318,21 +318,32 @@ func TestServiceCIDRMove(t *testing.T) {
 		t.Fatal(err)
 	}
 	all := steps(p)
-	first := slices.IndexFunc(all, func(s plan.Step) bool { return s.Kind == "explicit" })
-	if first < 0 {
-		t.Fatalf("no explicit step: %v", stageNames(p))
+	// The new range opens first, before anything runs it: CoreDNS
+	// answers at the new DNS address before a kubelet asks it.
+	if all[0].Kind != plan.KindServiceRange {
+		t.Fatalf("the first step is %s, want %s: %v", all[0].Kind, plan.KindServiceRange, stageNames(p))
 	}
-	text := strings.Join(all[first].Actions, "\n")
-	if !strings.Contains(text, "service CIDR 10.96.0.0/12 → 10.112.0.0/12") || !strings.Contains(text, "ServiceCIDR object") || !strings.Contains(text, "(10.96.0.1)") {
-		t.Errorf("the service CIDR step: %s", text)
+	text := strings.Join(all[0].Actions, "\n")
+	for _, want := range []string{"service CIDR 10.96.0.0/12 → 10.112.0.0/12", "ServiceCIDR " + plan.ServiceRangeName, plan.DNSBridgeName + " at 10.112.0.10", "(10.96.0.1)"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("the service range step does not say %q:\n%s", want, text)
+		}
 	}
-	end := slices.IndexFunc(all[first+1:], func(s plan.Step) bool { return s.Kind == "explicit" })
+	end := slices.IndexFunc(all, func(s plan.Step) bool { return s.Kind == plan.KindServiceMove })
 	if end < 0 {
 		t.Fatalf("no step ends the move: %v", stageNames(p))
 	}
-	end += first + 1
-	if !strings.Contains(strings.Join(all[end].Actions, "\n"), "recreate every Service outside the new range") {
-		t.Errorf("the move's end: %q", all[end].Actions)
+	text = strings.Join(all[end].Actions, "\n")
+	for _, want := range []string{"recreate every Service with an address outside 10.112.0.0/12", "recreate at 10.112.0.1", plan.APIBridgeName, "restart every pod", "kube-dns at 10.112.0.10"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("the move's end does not say %q:\n%s", want, text)
+		}
+	}
+	// Every kubelet runs the new DNS address before the move ends.
+	for _, s := range all[end+1:] {
+		if s.Kind == "node" || s.Kind == "workers" {
+			t.Errorf("step %d (%s %v) restarts a kubelet after the move ended", s.N, s.Kind, s.Nodes)
+		}
 	}
 	// Every API server restarts with the new range before the move ends,
 	// and once more after it, without the old address.
@@ -370,6 +381,34 @@ func TestServiceCIDRMove(t *testing.T) {
 			case i == len(all)-1 && hasOld:
 				t.Errorf("the last state: %s's serving certificate keeps the old address", cert.Node)
 			}
+		}
+	}
+}
+
+// A range that shrinks around its first addresses keeps the kubernetes
+// Service's and the DNS address: the change opens and ends (the default
+// ServiceCIDR made again of the new range) without moving either or
+// restarting every pod, and the API servers keep their certificates.
+func TestServiceCIDRShrinks(t *testing.T) {
+	p, err := makePlan(t, cluster{blue: 1}.write(t), cluster{blue: 1, serviceCIDR: "10.96.0.0/13"}.write(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := steps(p)
+	kinds := map[string]bool{}
+	for _, s := range all {
+		kinds[s.Kind] = true
+		if s.Rule == "sans-until-moved" {
+			t.Errorf("step %d restarts %v for certificates that do not change", s.N, s.Nodes)
+		}
+	}
+	if !kinds[plan.KindServiceRange] || !kinds[plan.KindServiceMove] {
+		t.Fatalf("steps %v, want the range opened and the change ended", stageNames(p))
+	}
+	for _, s := range all {
+		text := strings.Join(s.Actions, "\n")
+		if strings.Contains(text, "restart every pod") || strings.Contains(text, plan.DNSBridgeName) || strings.Contains(text, plan.APIBridgeName) {
+			t.Errorf("step %d (%s) moves what keeps its address:\n%s", s.N, s.Kind, text)
 		}
 	}
 }
@@ -463,7 +502,7 @@ func TestPlanInvariants(t *testing.T) {
 						t.Errorf("step %d: %s's serving certificate: %v, want %s and, until the Services move, %s", s.N, cert.Node, cert.IPs, newSvc, oldSvc)
 					}
 				}
-				if s.Kind == "explicit" && strings.Contains(strings.Join(s.Actions, "\n"), "recreate every Service outside the new range") {
+				if s.Kind == plan.KindServiceMove {
 					moved = true
 				}
 				if len(s.Tolerate) > 0 && !strings.HasPrefix(s.Kind, "add control-plane") && !strings.HasPrefix(s.Kind, "remove control-plane") {

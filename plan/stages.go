@@ -2,6 +2,7 @@ package plan
 
 import (
 	"fmt"
+	"net/netip"
 	"slices"
 	"sort"
 	"strings"
@@ -580,17 +581,12 @@ func (b *builder) explicit(late bool) error {
 	}
 	st := b.stage(name, "")
 	for _, s := range b.in.Report.Steps {
-		if s.Kind == review.StepEtcdMembership || (s.Kind == review.StepNodeLabels) != late {
+		// The plan's own: etcd's membership (additions, removals), the
+		// service ranges (servicesOpen, servicesMove).
+		if s.Kind == review.StepEtcdMembership || s.Kind == review.StepServiceCIDR || (s.Kind == review.StepNodeLabels) != late {
 			continue
 		}
 		step := Step{Kind: "explicit", Rule: "explicit-step", Actions: append([]string{s.Setting + ": " + s.Why}, s.Actions...)}
-		if s.Kind == review.StepServiceCIDR && len(b.w.keepSANs) > 0 {
-			// The plan keeps the old address itself (servicesMove); the
-			// Services move once every node runs the new range.
-			step.Actions = []string{s.Setting + ": " + s.Why,
-				fmt.Sprintf("every state until the move ends keeps the kubernetes Service's old address (%s) in the API servers' certificates: running pods reach the API there until they restart", strings.Join(b.w.keepSANs, ", ")),
-				"create a ServiceCIDR object for the new range (networking.k8s.io/v1) before the API servers restart"}
-		}
 		if s.Kind == review.StepNodeLabels {
 			// apply sets them through the API, from OLD's and NEW's nodes.
 			step.Kind, step.Nodes = KindLabels, s.Nodes
@@ -603,24 +599,81 @@ func (b *builder) explicit(late bool) error {
 	return nil
 }
 
-// servicesMove ends a service CIDR move: once every node runs the new
-// range, the Services are recreated in it and every pod restarts (an
-// explicit step); then no pod reaches the API at the kubernetes
-// Service's old address, and the API servers restart, one at a time,
-// with certificates without it.
-func (b *builder) servicesMove() error {
+// servicesOpen begins a change of the service ranges, before any node
+// or API server runs NEW's: NEW's ranges are opened to allocation (a
+// ServiceCIDR object) and, where the DNS address moves, a Service at the
+// new one selects CoreDNS's pods, so that a pod a restarted kubelet
+// starts (its resolver is the new address) is answered.
+func (b *builder) servicesOpen() error {
 	w := b.w
-	if len(w.keepSANs) == 0 {
+	if !w.servicesChange {
 		return nil
 	}
-	st := b.stage("the service CIDR move ends", "the kubernetes Service's old address stays in the API servers' certificates until every pod has moved to the new range")
-	if err := b.step(st, Step{Kind: "explicit", Rule: "explicit-step", Actions: []string{
-		"recreate every Service outside the new range (kubectl get svc -A; delete and apply each), CoreDNS's at the new DNS address; delete the kubernetes Service in default, which the API servers recreate in the new range",
-		"delete the old ServiceCIDR once no Service uses it, then restart every pod, so that it reads the new DNS address and reaches the API at the kubernetes Service's new address"}}); err != nil {
+	o, n := w.in.Old.Cluster.Network, w.in.New.Cluster.Network
+	st := b.stage("the service CIDR change begins", "NEW's range takes Services, and CoreDNS answers at NEW's DNS address, before anything runs NEW's range")
+	s := Step{Kind: KindServiceRange, Rule: "service-range-first",
+		Actions: []string{
+			fmt.Sprintf("service CIDR %s → %s: %s", prefixes(o.ServiceCIDRs), prefixes(n.ServiceCIDRs), "the API servers' --service-cluster-ip-range allocates new Services only: every existing Service, the kubernetes Service and CoreDNS's among them, keeps its old ClusterIP"),
+			fmt.Sprintf("create the ServiceCIDR %s (networking.k8s.io/v1) of %s", ServiceRangeName, prefixes(n.ServiceCIDRs)),
+		},
+		Gates: []string{"the ServiceCIDR " + ServiceRangeName + " Ready"}}
+	if !slices.Equal(o.DNSServiceIPs, n.DNSServiceIPs) {
+		s.Actions = append(s.Actions, fmt.Sprintf("create the Service kube-system/%s at %s, selecting CoreDNS's pods as kube-dns does (at %s)", DNSBridgeName, addrs(n.DNSServiceIPs), addrs(o.DNSServiceIPs)))
+		s.Gates = append(s.Gates, "CoreDNS's pods ready behind "+DNSBridgeName)
+	}
+	if len(w.keepSANs) > 0 {
+		s.Actions = append(s.Actions, fmt.Sprintf("every state until the change ends keeps the kubernetes Service's old address (%s) in the API servers' certificates: running pods reach the API there until they restart", strings.Join(w.keepSANs, ", ")))
+	}
+	return b.step(st, s)
+}
+
+// servicesMove ends a change of the service ranges once every node runs
+// NEW's: the Services outside them are recreated in them (the
+// kubernetes Service by the API servers, with a bridge at its old
+// address meanwhile; kube-dns at NEW's DNS address once no pod asks the
+// old one), every pod started before restarts through its controller,
+// and the old default ServiceCIDR gives way to NEW's. Then no pod
+// reaches the API at the kubernetes Service's old address, and the API
+// servers restart, one at a time, with certificates without it.
+func (b *builder) servicesMove() error {
+	w := b.w
+	if !w.servicesChange {
+		return nil
+	}
+	o, n := w.in.Old.Cluster.Network, w.in.New.Cluster.Network
+	st := b.stage("the service CIDR change ends", "every node runs NEW's range: the Services move into it, and the pods holding old addresses restart")
+	s := Step{Kind: KindServiceMove, Rule: "service-range-first"}
+	moves := !slices.Equal(o.FirstServiceIPs, n.FirstServiceIPs) || !slices.Equal(o.DNSServiceIPs, n.DNSServiceIPs)
+	if !slices.Equal(o.FirstServiceIPs, n.FirstServiceIPs) {
+		s.Actions = append(s.Actions, fmt.Sprintf("delete the kubernetes Service in default, which the API servers recreate at %s; the Service kube-system/%s keeps %s reaching the API servers until the pods that use it restart", addrs(n.FirstServiceIPs), APIBridgeName, addrs(o.FirstServiceIPs)))
+	}
+	s.Actions = append(s.Actions,
+		"delete the ServiceCIDR kubernetes ("+prefixes(o.ServiceCIDRs)+"), which then allocates nothing more, and recreate every Service with an address outside "+prefixes(n.ServiceCIDRs)+" (its object kept in the work directory until it is back)")
+	restart := "Deployments, DaemonSets and StatefulSets rolled out again (kubectl rollout restart), other controllers' pods evicted; a pod without a controller refuses the step before it changes anything"
+	if moves {
+		s.Actions = append(s.Actions, "restart every pod started before: "+restart)
+	} else {
+		s.Actions = append(s.Actions, "where a Service was recreated (its old address is in the environment of pods of its namespace), the pods started before restart: "+restart)
+	}
+	if !slices.Equal(o.DNSServiceIPs, n.DNSServiceIPs) {
+		s.Actions = append(s.Actions, fmt.Sprintf("once no pod asks %s: delete kube-dns there and %s, and apply NEW's kube-dns at %s", addrs(o.DNSServiceIPs), DNSBridgeName, addrs(n.DNSServiceIPs)))
+	}
+	if !slices.Equal(o.FirstServiceIPs, n.FirstServiceIPs) {
+		s.Actions = append(s.Actions, "delete "+APIBridgeName)
+	}
+	s.Actions = append(s.Actions, "once the API servers have made the ServiceCIDR kubernetes again of "+prefixes(n.ServiceCIDRs)+", delete "+ServiceRangeName)
+	s.Gates = []string{"no Service outside " + prefixes(n.ServiceCIDRs), "the ServiceCIDR kubernetes is " + prefixes(n.ServiceCIDRs) + " and Ready"}
+	if moves {
+		s.Gates = append(s.Gates, "no pod started before the move; every Deployment, DaemonSet and StatefulSet rolled out")
+	}
+	if err := b.step(st, s); err != nil {
 		return err
 	}
 	before := w.data()
 	w.servicesMoved = true
+	if len(w.keepSANs) == 0 {
+		return nil
+	}
 	units := map[string][]string{}
 	if b.in.Since != nil {
 		var err error
@@ -646,6 +699,22 @@ func (b *builder) servicesMove() error {
 		}
 	}
 	return nil
+}
+
+func prefixes(ps []netip.Prefix) string {
+	out := make([]string, len(ps))
+	for i, p := range ps {
+		out[i] = p.String()
+	}
+	return strings.Join(out, ",")
+}
+
+func addrs(as []netip.Addr) string {
+	out := make([]string, len(as))
+	for i, a := range as {
+		out[i] = a.String()
+	}
+	return strings.Join(out, ",")
 }
 
 // addons applies NEW's addon manifests last.

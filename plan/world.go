@@ -81,8 +81,10 @@ type world struct {
 	// that NEW drops: every running pod reaches the API there until it
 	// restarts, so the API servers' certificates keep them in every
 	// state until the service CIDR move has ended (servicesMoved).
-	keepSANs      []string
-	servicesMoved bool
+	keepSANs []string
+	// servicesChange: NEW's service ranges are not OLD's; servicesMoved:
+	// the change has ended (servicesMove).
+	servicesChange, servicesMoved bool
 }
 
 func newWorld(in Input) (*world, error) {
@@ -107,6 +109,7 @@ func newWorld(in Input) (*world, error) {
 			w.keepSANs = append(w.keepSANs, a.String())
 		}
 	}
+	w.servicesChange = !slices.Equal(in.Old.Cluster.Network.ServiceCIDRs, in.New.Cluster.Network.ServiceCIDRs)
 	w.moved = map[string]bool{}
 	for _, n := range in.Old.Cluster.Nodes {
 		if !w.members[memberID(n)].inNew {
@@ -155,7 +158,7 @@ func newWorld(in Input) (*world, error) {
 
 // final says the world is NEW.
 func (w *world) final() bool {
-	return w.reached() && (len(w.keepSANs) == 0 || w.servicesMoved)
+	return w.reached() && (!w.servicesChange || w.servicesMoved)
 }
 
 // reached says the world has NEW's nodes, versions and addons.

@@ -507,6 +507,10 @@ func (a *applier) step(ctx context.Context, s change.Step, prevC, c *ir.Cluster,
 		return a.addons(ctx, c, tree)
 	case s.Kind == change.KindLabels:
 		return a.relabel(ctx, s, c)
+	case s.Kind == change.KindServiceRange:
+		return a.openServices(ctx, c)
+	case s.Kind == change.KindServiceMove:
+		return a.moveServices(ctx, c, tree)
 	case strings.HasPrefix(s.Kind, "add "):
 		return a.add(ctx, s, c, tree)
 	case strings.HasPrefix(s.Kind, "remove "):

@@ -299,7 +299,8 @@ func TestUpApply(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.ssh = &SSH{User: "ops", Signers: []ssh.Signer{signer}, HostKeys: hostKeys}
-	newDir := specDir(t, dir, nil, map[string]string{"access.cue": access, "pods.cue": "package cluster\n\nworkers: pools: w: capacity: maxPods: 90\n"})
+	pods := "package cluster\n\nworkers: pools: w: capacity: maxPods: 90\n"
+	newDir := specDir(t, dir, nil, map[string]string{"access.cue": access, "pods.cue": pods})
 	p := e.plan(newDir)
 	if got, want := steps(p), []string{"workers [w1] [kubelet.service]", "workers [w2] [kubelet.service]"}; !slices.Equal(got, want) {
 		t.Fatalf("plan %q, want %q", got, want)
@@ -381,9 +382,11 @@ func TestUpApply(t *testing.T) {
 			t.Errorf("%s's sshd does not say ops logged in: %v\n%s", n, err, out)
 		}
 	}
+	// The service CIDR moves, over SSH too.
+	movedDir := serviceMove(t, e, k, newDir, map[string]string{"access.cue": access, "pods.cue": pods})
 	// A host whose key is not the known one is refused.
 	e.ssh.HostKeys = ssh.FixedHostKey(signer.PublicKey())
-	if err := e.apply(ctx, e.plan(newDir), newDir, &stopAt{}, "", false, false); err == nil || !strings.Contains(err.Error(), "host key mismatch") {
+	if err := e.apply(ctx, e.plan(movedDir), movedDir, &stopAt{}, "", false, false); err == nil || !strings.Contains(err.Error(), "host key mismatch") {
 		t.Errorf("an apply to hosts of unknown keys: %v", err)
 	}
 }

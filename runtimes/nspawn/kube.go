@@ -121,6 +121,26 @@ type apiError struct {
 
 func (e *apiError) Error() string { return fmt.Sprintf("%d: %s", e.code, e.msg) }
 
+// serverTime is the API server's clock, to the second (its Date
+// header): what it stamps objects with.
+func (k *kube) serverTime(ctx context.Context) (time.Time, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, k.server+"/version", nil)
+	if err != nil {
+		return time.Time{}, err
+	}
+	resp, err := k.http.Do(req)
+	if err != nil {
+		return time.Time{}, err
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+	t, err := http.ParseTime(resp.Header.Get("Date"))
+	if err != nil {
+		return time.Time{}, fmt.Errorf("the API server's time: %v", err)
+	}
+	return t, nil
+}
+
 // get decodes a GET into v.
 func (k *kube) get(ctx context.Context, p string, v any) error {
 	data, err := k.do(ctx, http.MethodGet, p, "", nil)

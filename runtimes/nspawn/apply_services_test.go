@@ -1,0 +1,331 @@
+package nspawn
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+
+	"golang.org/x/net/dns/dnsmessage"
+	"golang.org/x/sys/unix"
+
+	change "github.com/kcompile/kcompile/plan"
+)
+
+// serviceMove moves the service CIDR of TestUpApply's running cluster
+// from 10.96.0.0/12 to 10.112.0.0/16 with apply, while a Deployment
+// behind a Service runs and a prober on w1 (in its network namespace,
+// through kube-proxy's rules as a pod's packets go) asks CoreDNS at the
+// old and the new DNS address and connects to the kubernetes Service's
+// old and new address every 250 ms. CoreDNS must answer at the old
+// address until every pod has restarted and at the new one from the
+// step that opens it to the end (a lookup is asked up to three times, a
+// second apart, as a resolver does); the API server must be reached at
+// the old address until the pods have restarted (through the bridge
+// once the kubernetes Service has moved) and at the new one once it
+// has, but while it restarts itself. At the end every Service is in the
+// new range, the workload's pods resolve and reach theirs, and nothing
+// of the move's is left.
+func serviceMove(t *testing.T, e *applyEnv, k *kube, newDir string, extra map[string]string) (movedDir string) {
+	ctx := context.Background()
+	if _, err := k.apply(ctx, "web", []byte(workloadHA)); err != nil {
+		t.Fatal(err)
+	}
+	webAvailable(t, k)
+	extra = withFile(extra, "services.cue", "package cluster\n\nnetwork: serviceCIDR: \"10.112.0.0/16\"\n")
+	movedDir = specDir(t, newDir, nil, extra)
+	p := e.plan(movedDir)
+	got := steps(p)
+	end := slices.Index(got, change.KindServiceMove+" [] []")
+	if len(got) == 0 || got[0] != change.KindServiceRange+" [] []" || end < 0 {
+		t.Fatalf("plan %q: want the range opened first and the move ended", got)
+	}
+	for _, s := range got[end+1:] {
+		if !strings.HasPrefix(s, "api server [cp1]") && !strings.HasPrefix(s, "addons ") {
+			t.Errorf("after the move ends the plan takes %q: only the API server (its certificate) and the addons may follow", s)
+		}
+	}
+
+	domain := e.c.cfg.Cluster.Network.Domain
+	oldDNS, newDNS, oldAPI, newAPI := "10.96.0.10", "10.112.0.10", "10.96.0.1", "10.112.0.1"
+	pr := startNetProbe(t, e.c.machine("w1").leader(), "kubernetes.default.svc."+domain+".", []string{oldDNS, newDNS}, []string{oldAPI, newAPI})
+	var mu sync.Mutex
+	at := map[string]time.Time{}
+	marks := map[string]string{
+		"dns open":       "gate: CoreDNS's pods ready behind " + change.DNSBridgeName,
+		"api moved":      "gate: the kubernetes Service at " + newAPI,
+		"pods restarted": "gate: no pod started before the move",
+	}
+	// The API server's own restarts: from its step's start until it is
+	// ready again, a connection to it is refused whatever the path.
+	var restarts [][2]time.Time
+	log := &stopAt{each: func(line string) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case strings.Contains(line, ": api server cp1"):
+			restarts = append(restarts, [2]time.Time{time.Now(), time.Now().Add(time.Hour)})
+		case strings.HasPrefix(line, "gate: kube-apiserver of cp1") && len(restarts) > 0:
+			restarts[len(restarts)-1][1] = time.Now()
+		}
+		for mark, text := range marks {
+			if _, seen := at[mark]; !seen && strings.Contains(line, text) {
+				at[mark] = time.Now()
+			}
+		}
+	}}
+	began := time.Now()
+	err := e.apply(ctx, p, movedDir, log, "", false, false)
+	results := pr.stop()
+	if err != nil {
+		t.Fatalf("apply: %v\n%s", err, log)
+	}
+	t.Logf("the service CIDR move took %s:\n%s", time.Since(began).Round(time.Second), log)
+	for mark := range marks {
+		if at[mark].IsZero() {
+			t.Fatalf("the apply never said %q", marks[mark])
+		}
+	}
+	// Each address is held to the window in which it is promised.
+	windows := map[string][2]time.Time{
+		oldDNS: {began, at["pods restarted"]},
+		newDNS: {at["dns open"], time.Now()},
+		oldAPI: {began, at["pods restarted"]},
+		newAPI: {at["api moved"], time.Now()},
+	}
+	for _, target := range []string{oldDNS, newDNS, oldAPI, newAPI} {
+		w := windows[target]
+		asked, retried, failed := 0, 0, 0
+		var longest time.Duration
+		for _, r := range results {
+			if r.target != target || r.at.Before(w[0]) || r.at.After(w[1]) {
+				continue
+			}
+			if (target == oldAPI || target == newAPI) && slices.ContainsFunc(restarts, func(rs [2]time.Time) bool {
+				return !r.at.Add(r.took).Before(rs[0]) && !r.at.After(rs[1])
+			}) {
+				continue
+			}
+			asked++
+			longest = max(longest, r.took)
+			if r.tries > 1 {
+				retried++
+			}
+			if r.err != "" {
+				failed++
+				t.Errorf("%s at %s: %s", target, r.at.Format("15:04:05.000"), r.err)
+			}
+		}
+		t.Logf("%s from %s to %s: %d asked, %d asked again, %d failed, the longest %s", target, w[0].Format("15:04:05"), w[1].Format("15:04:05"), asked, retried, failed, longest.Round(time.Millisecond))
+		if asked < 5 {
+			t.Errorf("%s was asked %d times in its window: the prober did not run", target, asked)
+		}
+	}
+
+	// Every Service in the new range; the workload's pods resolve
+	// their Service through CoreDNS and reach it.
+	for svc, want := range map[string]string{"default/kubernetes": newAPI, "kube-system/kube-dns": newDNS} {
+		ns, name, _ := strings.Cut(svc, "/")
+		var s corev1.Service
+		if err := k.get(ctx, "/api/v1/namespaces/"+ns+"/services/"+name, &s); err != nil || s.Spec.ClusterIP != want {
+			t.Errorf("%s: %v at %s, want %s", svc, err, s.Spec.ClusterIP, want)
+		}
+	}
+	var services corev1.ServiceList
+	if err := k.get(ctx, "/api/v1/services", &services); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range services.Items {
+		if s.Spec.ClusterIP != corev1.ClusterIPNone && !strings.HasPrefix(s.Spec.ClusterIP, "10.112.") {
+			t.Errorf("Service %s/%s is at %s, outside 10.112.0.0/16", s.Namespace, s.Name, s.Spec.ClusterIP)
+		}
+		if strings.HasPrefix(s.Name, "kcompile-") {
+			t.Errorf("the move's Service %s/%s is left", s.Namespace, s.Name)
+		}
+	}
+	var cidrs networkingv1.ServiceCIDRList
+	if err := k.get(ctx, "/apis/networking.k8s.io/v1/servicecidrs", &cidrs); err != nil {
+		t.Fatal(err)
+	}
+	if len(cidrs.Items) != 1 || cidrs.Items[0].Name != "kubernetes" || !slices.Equal(cidrs.Items[0].Spec.CIDRs, []string{"10.112.0.0/16"}) {
+		var have []string
+		for _, c := range cidrs.Items {
+			have = append(have, c.Name+" "+strings.Join(c.Spec.CIDRs, ","))
+		}
+		t.Errorf("ServiceCIDRs %q, want kubernetes of 10.112.0.0/16 alone", have)
+	}
+	var pods corev1.PodList
+	if err := k.get(ctx, "/api/v1/namespaces/default/pods?labelSelector="+url.QueryEscape("app=web"), &pods); err != nil || len(pods.Items) == 0 {
+		t.Fatalf("web's pods: %v", err)
+	}
+	eventually(t, time.Minute, "a web pod fetching its Service by name", func() error {
+		r, err := viaPod(ctx, k, pods.Items[0].Name, "/fetch", url.Values{"url": {"http://web.default.svc." + domain + "/"}})
+		if err != nil {
+			return err
+		}
+		if r.Status != 200 {
+			return fmt.Errorf("status %d: %s", r.Status, r.Body)
+		}
+		return nil
+	})
+	again := &stopAt{}
+	if err := e.apply(ctx, e.plan(movedDir), movedDir, again, "", false, false); err != nil || !strings.Contains(again.String(), "nothing to apply") {
+		t.Errorf("a second apply: %v\n%s", err, again)
+	}
+	if _, err := os.Stat(e.work + "/" + movedServices); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the moved Services' directory stayed: %v", err)
+	}
+	return movedDir
+}
+
+func withFile(m map[string]string, k, v string) map[string]string {
+	out := map[string]string{k: v}
+	for a, b := range m {
+		out[a] = b
+	}
+	return out
+}
+
+// probeResult is one question of the prober: a DNS lookup or a TCP
+// connection.
+type probeResult struct {
+	target string
+	at     time.Time
+	took   time.Duration
+	tries  int
+	err    string
+}
+
+type prober struct {
+	mu      sync.Mutex
+	results []probeResult
+	done    chan struct{}
+	quit    chan struct{}
+}
+
+// startNetProbe asks, from the network namespace of the process pid, each
+// DNS server in dns for name (an A record) and connects to each address
+// of api on port 443, every 250 ms, until stopped.
+func startNetProbe(t *testing.T, pid int, name string, dns, api []string) *prober {
+	t.Helper()
+	if pid == 0 {
+		t.Fatal("the prober's machine is not running")
+	}
+	p := &prober{done: make(chan struct{}), quit: make(chan struct{})}
+	ready := make(chan error, 1)
+	go func() {
+		defer close(p.done)
+		// The thread enters the machine's network namespace and is never
+		// unlocked: it ends with the goroutine, not back in the pool.
+		runtime.LockOSThread()
+		f, err := os.Open(fmt.Sprintf("/proc/%d/ns/net", pid))
+		if err != nil {
+			ready <- err
+			return
+		}
+		err = unix.Setns(int(f.Fd()), unix.CLONE_NEWNET)
+		f.Close()
+		ready <- err
+		if err != nil {
+			return
+		}
+		for {
+			for _, s := range dns {
+				p.record(s, func() error { return lookup(s, name) })
+			}
+			for _, a := range api {
+				p.record(a, func() error {
+					c, err := net.DialTimeout("tcp", net.JoinHostPort(a, "443"), time.Second)
+					if err == nil {
+						c.Close()
+					}
+					return err
+				})
+			}
+			select {
+			case <-p.quit:
+				return
+			case <-time.After(250 * time.Millisecond):
+			}
+		}
+	}()
+	if err := <-ready; err != nil {
+		t.Fatalf("the prober entering the machine's network: %v", err)
+	}
+	return p
+}
+
+// record asks f up to three times, a second apart, as a resolver does.
+func (p *prober) record(target string, f func() error) {
+	r := probeResult{target: target, at: time.Now()}
+	var err error
+	for r.tries = 1; ; r.tries++ {
+		began := time.Now()
+		if err = f(); err == nil || r.tries == 3 {
+			break
+		}
+		time.Sleep(time.Second - time.Since(began))
+	}
+	r.took = time.Since(r.at)
+	if err != nil {
+		r.err = err.Error()
+	}
+	p.mu.Lock()
+	p.results = append(p.results, r)
+	p.mu.Unlock()
+}
+
+func (p *prober) stop() []probeResult {
+	close(p.quit)
+	<-p.done
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.results)
+}
+
+// lookup asks server for name's A records over UDP, with a second's
+// wait; no answer, an error code or an empty answer is an error.
+func lookup(server, name string) error {
+	q, err := (&dnsmessage.Message{
+		Header:    dnsmessage.Header{ID: uint16(time.Now().UnixNano()), RecursionDesired: true},
+		Questions: []dnsmessage.Question{{Name: dnsmessage.MustNewName(name), Type: dnsmessage.TypeA, Class: dnsmessage.ClassINET}},
+	}).Pack()
+	if err != nil {
+		return err
+	}
+	c, err := net.DialTimeout("udp", net.JoinHostPort(server, "53"), time.Second)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if err := c.SetDeadline(time.Now().Add(time.Second)); err != nil {
+		return err
+	}
+	if _, err := c.Write(q); err != nil {
+		return err
+	}
+	buf := make([]byte, 1500)
+	n, err := c.Read(buf)
+	if err != nil {
+		return err
+	}
+	var m dnsmessage.Message
+	if err := m.Unpack(buf[:n]); err != nil {
+		return err
+	}
+	if m.RCode != dnsmessage.RCodeSuccess || len(m.Answers) == 0 {
+		return fmt.Errorf("%s answered %s with %d records", server, m.RCode, len(m.Answers))
+	}
+	return nil
+}
