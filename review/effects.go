@@ -121,15 +121,19 @@ func caSteps(fa, fb *Facts) []Step {
 		if !inA || !inB || old == new {
 			continue
 		}
+		// A stage of a rotation (kcompile secrets rotate) keeps a CA or
+		// key trusted on both sides, and is proven to keep every flow
+		// working: the restarts take it.
+		if slices.ContainsFunc(strings.Split(old, "+"), func(h string) bool { return slices.Contains(strings.Split(new, "+"), h) }) {
+			continue
+		}
 		if name == "service-account" {
 			out = append(out, Step{
 				Kind:    StepTrust,
 				Setting: "service-account signing key " + old + " → " + new,
 				Why:     "tokens signed with the old key stop verifying as soon as the API servers drop it",
 				Actions: []string{
-					"give the API servers both public keys (--service-account-key-file, twice) and restart them",
-					"sign with the new key (--service-account-signing-key-file) and restart the API servers and controller-managers",
-					"restart every pod that uses a token, wait a token lifetime, then drop the old public key",
+					"rotate it in stages instead: kcompile secrets rotate --ca service-account, then --next twice, building and rolling out each stage (both public keys are trusted while tokens of either are in use)",
 				},
 			})
 			continue
@@ -139,9 +143,7 @@ func caSteps(fa, fb *Facts) []Step {
 			Setting: name + " CA " + old + " → " + new,
 			Why:     "a certificate of the new CA is refused by everything that still trusts the old one alone: restarting components one at a time with the new files breaks every connection between the two halves",
 			Actions: []string{
-				"on every node, trust both CAs: append the new CA to each CA file, and restart what reads them",
-				"roll out the new certificates and kubeconfigs node by node, restarting each node's components",
-				"once every node runs the new certificates, remove the old CA from the CA files and restart again",
+				"rotate it in stages instead: kcompile secrets rotate --ca " + map[string]string{"kubernetes": "ca", "etcd": "etcd-ca", "front-proxy": "front-proxy-ca"}[name] + ", then --next twice, building and rolling out each stage: every node trusts both CAs, then every certificate is re-issued by the new one, then the old one is dropped",
 			},
 		})
 	}

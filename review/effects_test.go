@@ -66,9 +66,9 @@ func TestEffects(t *testing.T) {
 		{name: "domain", change: func(f *Facts) { f.Domain = "k8s.example" },
 			setting: "cluster domain cluster.local → k8s.example", want: []string{"restart every pod"}},
 		{name: "new CA", change: func(f *Facts) { f.CAs["kubernetes"] = "sha256:dddd" },
-			setting: "kubernetes CA sha256:aaaa → sha256:dddd", want: []string{"trust both CAs", "remove the old CA"}},
+			setting: "kubernetes CA sha256:aaaa → sha256:dddd", want: []string{"kcompile secrets rotate --ca ca, then --next twice", "trusts both CAs", "the old one is dropped"}},
 		{name: "service-account key", change: func(f *Facts) { f.CAs["service-account"] = "sha256:eeee" },
-			setting: "service-account signing key", want: []string{"both public keys"}},
+			setting: "service-account signing key", want: []string{"kcompile secrets rotate --ca service-account", "both public keys"}},
 		{name: "etcd member moved", ea: members, eb: []EtcdMember{members[0], members[1], {Name: "cp3", Address: "10.0.0.23", Node: "cp3", PeerURL: "https://10.0.0.23:2380"}},
 			setting: "etcd membership", want: []string{"etcdctl member update <ID of cp3> --peer-urls=https://10.0.0.23:2380"}},
 		{name: "etcd members added and removed", ea: members[:2], eb: []EtcdMember{members[1], members[2]},
@@ -148,5 +148,28 @@ func TestEffectsOrder(t *testing.T) {
 	etcd := strings.Join(got[1].Actions, "\n")
 	if strings.Index(etcd, "member add") > strings.Index(etcd, "member remove") {
 		t.Errorf("a member is removed before one is added:\n%s", etcd)
+	}
+}
+
+// A stage of a rotation keeps a CA or key trusted on both sides (the
+// stages of kcompile secrets rotate, proven to keep every flow): it needs
+// no step beyond its restarts. A CA replaced with none in common does.
+func TestEffectsOfARotationStage(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		old, new string
+		steps    int
+	}{
+		{"stage 1", "sha256:aaaa", "sha256:aaaa+sha256:dddd", 0},
+		{"stage 2", "sha256:aaaa+sha256:dddd", "sha256:dddd+sha256:aaaa", 0},
+		{"the end", "sha256:dddd+sha256:aaaa", "sha256:dddd", 0},
+		{"stage 1 skipped", "sha256:aaaa", "sha256:dddd", 1},
+	} {
+		a, b := baseFacts(), baseFacts()
+		a.CAs["kubernetes"], b.CAs["kubernetes"] = tc.old, tc.new
+		a.CAs["service-account"], b.CAs["service-account"] = tc.old, tc.new
+		if got := steps(a, b, nil, nil); len(got) != 2*tc.steps {
+			t.Errorf("%s: %d steps, want %d: %+v", tc.name, len(got), 2*tc.steps, got)
+		}
 	}
 }

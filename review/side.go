@@ -2,6 +2,7 @@ package review
 
 import (
 	"crypto/x509"
+	"strings"
 
 	"github.com/kcompile/kcompile/compiler/diag"
 	"github.com/kcompile/kcompile/compiler/ir"
@@ -78,15 +79,25 @@ func factsOf(c *ir.Cluster, m *pki.Material) *Facts {
 	}
 	if m != nil {
 		b := m.Bundle
+		// What each trust store holds, the signer first: during a
+		// rotation (pki.Rotation) two, joined by "+".
 		for name, a := range map[string]pki.Authority{"kubernetes": pki.ClusterCA, "etcd": pki.EtcdCA, "front-proxy": pki.FrontProxyCA} {
-			if ca, ok := b.CAs[a]; ok {
-				f.CAs[name] = Hash(ca.Cert.Raw)
+			if _, ok := b.CAs[a]; ok {
+				var hashes []string
+				for _, c := range b.Trusted(a) {
+					hashes = append(hashes, Hash(c.Raw))
+				}
+				f.CAs[name] = strings.Join(hashes, "+")
 			}
 		}
 		if b.ServiceAccountKey != nil {
-			if der, err := x509.MarshalPKIXPublicKey(b.ServiceAccountKey.Public()); err == nil {
-				f.CAs["service-account"] = Hash(der)
+			var hashes []string
+			for _, k := range b.ServiceAccountPublicKeys() {
+				if der, err := x509.MarshalPKIXPublicKey(k); err == nil {
+					hashes = append(hashes, Hash(der))
+				}
 			}
+			f.CAs["service-account"] = strings.Join(hashes, "+")
 		}
 	}
 	return f

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -68,7 +69,7 @@ func orDash(s string) string {
 
 type pkiExpiryCmd struct {
 	specAndSecrets
-	FailWithin string `help:"Exit with status 1 when the cluster breaks within this duration (e.g. 30d), for CI."`
+	FailWithin string `aliases:"within" help:"Exit with status 1 when the cluster breaks within this duration (e.g. 30d), for a scheduled CI job."`
 	Output     string `short:"o" enum:"text,json" default:"text" help:"Output format: text or json."`
 }
 
@@ -118,8 +119,9 @@ type expiry struct {
 }
 
 type expiring struct {
-	ID       string    `json:"id"`
-	NotAfter time.Time `json:"notAfter"`
+	ID        string    `json:"id"`
+	NotAfter  time.Time `json:"notAfter"`
+	RenewedBy string    `json:"renewedBy"`
 }
 
 func (c *pkiExpiryCmd) Run(e *env) error {
@@ -138,11 +140,17 @@ func (c *pkiExpiryCmd) Run(e *env) error {
 	first, which := m.FirstBreak()
 	left := first.Sub(e.now)
 	fails := c.FailWithin != "" && left < within
-	failure := statusError{code: exitProblems, msg: fmt.Sprintf("certificates expire within %s: run `kcompile pki renew` and redeploy", c.FailWithin)}
+	var renew []string
+	for _, i := range m.Inventory() {
+		if slices.Contains(which, i.ID) && !slices.Contains(renew, i.RenewedBy) {
+			renew = append(renew, i.RenewedBy)
+		}
+	}
+	failure := statusError{code: exitProblems, msg: fmt.Sprintf("certificates expire within %s: %s, then build and redeploy", c.FailWithin, strings.Join(renew, "; "))}
 	if c.Output == "json" {
 		x := expiry{FirstBreak: first.UTC(), DaysLeft: int(left.Hours() / 24), Breaking: which, Within: c.FailWithin, Fails: fails, Certificates: []expiring{}}
 		for _, i := range m.Expiry() {
-			x.Certificates = append(x.Certificates, expiring{ID: i.ID, NotAfter: i.NotAfter.UTC()})
+			x.Certificates = append(x.Certificates, expiring{ID: i.ID, NotAfter: i.NotAfter.UTC(), RenewedBy: i.RenewedBy})
 		}
 		if err := diag.EncodeJSON(e.stdout, x); err != nil {
 			return err

@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
+	"github.com/kcompile/kcompile/compiler"
 	"github.com/kcompile/kcompile/compiler/ir"
 	"github.com/kcompile/kcompile/compiler/pki"
 	"github.com/kcompile/kcompile/layout"
@@ -16,6 +18,110 @@ import (
 type secretsCmd struct {
 	Init          secretsInitCmd   `cmd:"" help:"Create a secrets bundle: CAs, service-account key, encryption key, bootstrap token, issuance epoch."`
 	ImportKubeadm secretsImportCmd `cmd:"" name:"import-kubeadm" help:"Create a secrets bundle from an existing kubeadm PKI directory (/etc/kubernetes/pki)."`
+	Rotate        secretsRotateCmd `cmd:"" help:"Replace CAs and the service-account key in stages that keep every flow of the cluster working, each proven by real handshakes."`
+}
+
+type secretsRotateCmd struct {
+	specAndSecrets
+	CA         []string `name:"ca" sep:"," placeholder:"NAME,..." help:"Start a rotation of these: ca, etcd-ca, front-proxy-ca, service-account, or all."`
+	Next       bool     `help:"Take the rotation under way to its next stage."`
+	CAValidity string   `help:"How long the new CAs are valid, e.g. 10y (default: as long as the ones they replace)."`
+}
+
+func (secretsRotateCmd) Help() string {
+	return `Examples:
+  kcompile secrets rotate --ca all            # stage 1: every trust store trusts old and new
+  kcompile secrets rotate --next              # stage 2: every leaf from the new CAs
+  kcompile secrets rotate --next              # the end: the old CAs trusted nowhere
+  kcompile secrets rotate prod/ -s prod.json --ca etcd-ca
+
+Each stage is written to the bundle, with the stage recorded: build the
+spec with it and roll it out to every node before the next stage. A
+stage is written only once every flow of the spec's cluster (each kind
+of TLS connection, and service-account tokens) is proven to work
+between it and the stage before, a client of either against a server of
+the other, as happens while nodes move from one to the next.
+` + exitCodes("0", "the next stage written", "1", "the spec or bundle has errors, a flow would break, or the file cannot be written", "2", "usage error")
+}
+
+func (c *secretsRotateCmd) Run(e *env) error {
+	if (len(c.CA) > 0) == c.Next {
+		return statusError{code: exitUsage, msg: "give --ca NAME,... to start a rotation, or --next to take one to its next stage"}
+	}
+	opts := pki.RotateOptions{ClockSkew: 5 * time.Minute}
+	for _, name := range c.CA {
+		switch {
+		case name == "all":
+			opts.Authorities, opts.ServiceAccount = pki.Authorities(), true
+		case name == pki.ServiceAccount:
+			opts.ServiceAccount = true
+		case slices.Contains(pki.Authorities(), pki.Authority(name)):
+			opts.Authorities = append(opts.Authorities, pki.Authority(name))
+		default:
+			return statusError{code: exitUsage, msg: fmt.Sprintf("--ca %s is not one of ca, etcd-ca, front-proxy-ca, service-account, all", shellWord(name))}
+		}
+	}
+	if c.CAValidity != "" {
+		v, err := parseDuration("ca-validity", c.CAValidity, pki.MaxCAValidity)
+		if err != nil {
+			return statusError{code: exitUsage, msg: err.Error()}
+		}
+		opts.CAValidity = v
+	}
+	b, diags, err := loadBundle(c.Secrets)
+	if err != nil {
+		return err
+	}
+	if diags.HasErrors() {
+		return printDiagnostics(e, diags, "not rotated: cannot use the secrets bundle "+c.Secrets)
+	}
+	cl, diags := compiler.Compile(compiler.Source{Dir: c.Dir, Bound: e.bound})
+	if cl == nil || diags.HasErrors() {
+		return printDiagnostics(e, diags, "the spec has errors; `kcompile check` explains them")
+	}
+	opts.ClockSkew = cl.PKI.ClockSkew
+	var next *pki.Bundle
+	if c.Next {
+		next, err = b.Advance(e.now)
+	} else {
+		next, err = b.Rotate(rand.Reader, e.now, opts)
+	}
+	if err != nil {
+		return statusError{code: exitProblems, msg: "not rotated: " + err.Error()}
+	}
+	if d := pki.Check(cl, next, e.now); d.HasErrors() {
+		return printDiagnostics(e, d, "not rotated: the bundle was left as it was")
+	}
+	if err := pki.ProveTransition(cl, b, next, e.now, rand.Reader); err != nil {
+		return statusError{code: exitProblems, msg: "not rotated, the bundle was left as it was: " + err.Error()}
+	}
+	data, err := next.Marshal()
+	if err != nil {
+		return err
+	}
+	if err := writePrivateFile(c.Secrets, data, true); err != nil {
+		return err
+	}
+	names := next.Rotating()
+	if len(names) == 0 {
+		names = b.Rotating()
+	}
+	rotating := strings.Join(names, ", ")
+	switch next.Stage() {
+	case 1:
+		fmt.Fprintf(e.stdout, "wrote %s: stage 1 of the rotation of %s: every trust store trusts the old and the new, leaves still from the old\n", c.Secrets, rotating)
+	case 2:
+		fmt.Fprintf(e.stdout, "wrote %s: stage 2 of the rotation of %s: every leaf re-keyed at %s and issued by the new, the old still trusted\n", c.Secrets, rotating, next.Epoch.Format(time.RFC3339))
+	default:
+		fmt.Fprintf(e.stdout, "wrote %s: the rotation of %s has ended: the old are trusted nowhere\n", c.Secrets, rotating)
+	}
+	fmt.Fprintln(e.stdout, "proven: every flow of the cluster works between this stage and the one before, both ways round")
+	if next.Stage() > 0 {
+		fmt.Fprintln(e.stdout, "build the spec with it and lay every node's files, then `kcompile secrets rotate --next`")
+	} else {
+		fmt.Fprintln(e.stdout, "build the spec with it and lay every node's files")
+	}
+	return nil
 }
 
 type secretsInitCmd struct {

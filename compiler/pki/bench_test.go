@@ -63,3 +63,51 @@ func BenchmarkIssueLarge(b *testing.B) {
 	b.ReportMetric(plainTime.Seconds()/float64(b.N), "plain-s/op")
 	b.ReportMetric(issueTime.Seconds()/plainTime.Seconds(), "issue/plain")
 }
+
+// BenchmarkRotateLarge computes and proves a rotation of every CA and the
+// service-account key of examples/large: the three stages' bundles, the
+// PKI stage 2 issues (every leaf re-keyed and signed by the new CAs;
+// stage 1's leaves are stage 0's, the end's stage 2's) and the proof of
+// each stage against the one before; in the same iteration it issues the
+// cluster's PKI plainly. The target is rotate/issue <= 1.5.
+func BenchmarkRotateLarge(b *testing.B) {
+	c := compileExample(b, "large")
+	b0 := newTestBundle(b)
+	var rotateTime, issueTime time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		start := time.Now()
+		if _, err := Issue(c, b0); err != nil {
+			b.Fatal(err)
+		}
+		issueTime += time.Since(start)
+
+		start = time.Now()
+		b1, err := b0.Rotate(rand.Reader, testEpoch.Add(time.Hour), RotateOptions{Authorities: Authorities(), ServiceAccount: true})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b2, err := b1.Advance(testEpoch.Add(2 * time.Hour))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b3, err := b2.Advance(testEpoch.Add(3 * time.Hour))
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := Issue(c, b2); err != nil {
+			b.Fatal(err)
+		}
+		now := testEpoch.Add(4 * time.Hour)
+		for _, pair := range [][2]*Bundle{{b0, b1}, {b1, b2}, {b2, b3}} {
+			if err := ProveTransition(c, pair[0], pair[1], now, rand.Reader); err != nil {
+				b.Fatal(err)
+			}
+		}
+		rotateTime += time.Since(start)
+	}
+	b.StopTimer()
+	b.ReportMetric(rotateTime.Seconds()/float64(b.N), "rotate-s/op")
+	b.ReportMetric(issueTime.Seconds()/float64(b.N), "issue-s/op")
+	b.ReportMetric(rotateTime.Seconds()/issueTime.Seconds(), "rotate/issue")
+}

@@ -81,6 +81,8 @@ type Bundle struct {
 	EncryptionKey []byte
 	// BootstrapToken is a kubeadm-style token "abcdef.0123456789abcdef".
 	BootstrapToken string
+	// Rotation is the replacement of CAs under way, nil when none is.
+	Rotation *Rotation
 	// Source is the file the bundle was read from, where diagnostics
 	// about it point; empty for a bundle made in memory. It is not part
 	// of the bundle's contents.
@@ -209,6 +211,7 @@ type bundleFile struct {
 	ServiceAccountKey string               `json:"serviceAccountKey"`
 	EncryptionKey     []byte               `json:"encryptionKey"`
 	BootstrapToken    string               `json:"bootstrapToken"`
+	Rotation          *rotationFile        `json:"rotation,omitempty"`
 }
 
 type caFile struct {
@@ -237,6 +240,11 @@ func (b *Bundle) Marshal() ([]byte, error) {
 		return nil, err
 	}
 	f.ServiceAccountKey = string(sa)
+	if b.Rotation != nil {
+		if f.Rotation, err = b.Rotation.file(); err != nil {
+			return nil, err
+		}
+	}
 	out, err := json.MarshalIndent(f, "", "  ")
 	if err != nil {
 		return nil, err
@@ -297,6 +305,11 @@ func Parse(data []byte) (*Bundle, error) {
 		return nil, fmt.Errorf("secrets bundle: serviceAccountKey: %w", err)
 	}
 	b.ServiceAccountKey = sa
+	if f.Rotation != nil {
+		if b.Rotation, err = parseRotation(f.Rotation, b); err != nil {
+			return nil, err
+		}
+	}
 	return b, nil
 }
 

@@ -137,9 +137,9 @@ func Check(c *ir.Cluster, b *Bundle, now time.Time) diag.List {
 			"create new CAs with `kcompile secrets init`, or move the epoch back inside the CAs' validity with `kcompile pki renew --epoch ...`")
 	}
 	for _, a := range Authorities() {
-		if ca := b.CAs[a].Cert; !now.After(ca.NotAfter) && ca.NotAfter.Before(now.AddDate(1, 0, 0)) {
+		if ca := b.Signer(a).Cert; !now.After(ca.NotAfter) && ca.NotAfter.Before(now.AddDate(1, 0, 0)) {
 			report(CodeCAExpiring, "pki", bundlePos, fmt.Sprintf("%s expires on %s", a, ca.NotAfter.Format(time.DateOnly)),
-				"plan the CA rotation now: every certificate of the cluster depends on it; `kcompile secrets init` creates new CAs")
+				"plan the CA rotation now: every certificate of the cluster depends on it; `kcompile secrets rotate --ca "+string(a)+"` replaces it in stages, without downtime")
 		}
 	}
 
@@ -147,7 +147,7 @@ func Check(c *ir.Cluster, b *Bundle, now time.Time) diag.List {
 	var outlived []string
 	var firstEnd, leafEnd, latestStart time.Time
 	for _, a := range Authorities() {
-		ca := b.CAs[a].Cert
+		ca := b.Signer(a).Cert
 		start, end := leafWindow(c, b, ca)
 		leafEnd = end
 		if start.After(latestStart) {
@@ -210,13 +210,14 @@ func (g caGroup) pronoun() string {
 	return "they"
 }
 
-// groupCAs groups the CAs for which match holds by validity, in
+// groupCAs groups the CAs that sign leaves (the old ones while a
+// rotation is at its first stage) for which match holds by validity, in
 // catalogue order.
 func groupCAs(b *Bundle, match func(*x509.Certificate) bool) []caGroup {
 	var out []caGroup
 next:
 	for _, a := range Authorities() {
-		ca := b.CAs[a].Cert
+		ca := b.Signer(a).Cert
 		if !match(ca) {
 			continue
 		}

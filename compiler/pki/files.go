@@ -35,20 +35,29 @@ const (
 func Files(m *Material) ([]File, error) {
 	c := m.Cluster
 	b := m.Bundle
-	caPEM := encodeCert(b.CAs[ClusterCA].Cert.Raw)
-	etcdCAPEM := encodeCert(b.CAs[EtcdCA].Cert.Raw)
-	frontProxyCAPEM := encodeCert(b.CAs[FrontProxyCA].Cert.Raw)
-	caKey, err := encodeKey(b.CAs[ClusterCA].Key)
+	// Each CA file is its authority's trust store: during a rotation it
+	// holds the old and the new CA, the signer first (the
+	// controller-manager signs with ca.key and the first certificate of
+	// ca.crt).
+	caPEM := trustPEM(b, ClusterCA)
+	etcdCAPEM := trustPEM(b, EtcdCA)
+	frontProxyCAPEM := trustPEM(b, FrontProxyCA)
+	caKey, err := encodeKey(b.Signer(ClusterCA).Key)
 	if err != nil {
 		return nil, err
 	}
-	saKey, err := encodeKey(b.ServiceAccountKey)
+	saKey, err := encodeKey(b.ServiceAccountSigner())
 	if err != nil {
 		return nil, err
 	}
-	saPub, err := encodePublicKey(b.ServiceAccountKey.Public())
-	if err != nil {
-		return nil, err
+	// The API servers verify tokens with every public key of the file.
+	var saPub []byte
+	for _, k := range b.ServiceAccountPublicKeys() {
+		p, err := encodePublicKey(k)
+		if err != nil {
+			return nil, err
+		}
+		saPub = append(saPub, p...)
 	}
 
 	files := map[[2]string]File{}

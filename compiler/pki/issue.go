@@ -108,10 +108,10 @@ func identity(c *ir.Cluster, b *Bundle, cert Cert) string {
 }
 
 func issue(c *ir.Cluster, b *Bundle, alg Algorithm, cert Cert) (Issued, error) {
-	ca, ok := b.CAs[cert.CA]
-	if !ok {
+	if _, ok := b.CAs[cert.CA]; !ok {
 		return Issued{}, fmt.Errorf("the secrets bundle has no %s", cert.CA)
 	}
+	ca := b.Signer(cert.CA)
 	notBefore, notAfter := leafWindow(c, b, ca.Cert)
 	if b.Epoch.Before(ca.Cert.NotBefore) || notAfter.After(ca.Cert.NotAfter) {
 		return Issued{}, fmt.Errorf("a leaf issued at %s valid until %s would not lie inside %s's validity (%s to %s)",

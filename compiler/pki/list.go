@@ -20,6 +20,9 @@ type Info struct {
 	NotBefore time.Time `json:"notBefore"`
 	NotAfter  time.Time `json:"notAfter"`
 	IsCA      bool      `json:"isCA,omitempty"`
+	// RenewedBy is the command that replaces the certificate before it
+	// expires.
+	RenewedBy string `json:"renewedBy,omitempty"`
 }
 
 // Describe summarises a certificate.
@@ -52,14 +55,27 @@ func Describe(id, node string, c *x509.Certificate) Info {
 	return i
 }
 
-// Inventory describes the CAs and every leaf, in catalogue order.
+// Inventory describes the CAs (during a rotation the old ones too, as
+// "ca (previous)") and every leaf, in catalogue order, each with what
+// renews it.
 func (m *Material) Inventory() []Info {
 	var out []Info
 	for _, a := range Authorities() {
-		out = append(out, Describe(string(a), "", m.Bundle.CAs[a].Cert))
+		i := Describe(string(a), "", m.Bundle.CAs[a].Cert)
+		i.RenewedBy = "kcompile secrets rotate --ca " + string(a)
+		out = append(out, i)
+		if r := m.Bundle.Rotation; r != nil {
+			if old, ok := r.Previous[a]; ok {
+				i := Describe(string(a)+" (previous)", "", old.Cert)
+				i.RenewedBy = "kcompile secrets rotate --next (the rotation under way replaces it)"
+				out = append(out, i)
+			}
+		}
 	}
 	for _, l := range m.Leaves {
-		out = append(out, Describe(l.ID, l.Node, l.X509))
+		i := Describe(l.ID, l.Node, l.X509)
+		i.RenewedBy = "kcompile pki renew"
+		out = append(out, i)
 	}
 	return out
 }
