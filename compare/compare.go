@@ -41,6 +41,10 @@ type Input struct {
 	// both are compiled with one bundle made for this comparison alone
 	// from Rand and Now, and key material is not compared.
 	Secrets string
+	// OldSecrets, when set, is the bundle the first side is compiled
+	// with instead: the one a running cluster was built with, when the
+	// change is of the bundle too (a stage of a rotation, a renewal).
+	OldSecrets string
 	// Targets are compared (pipeline.Reviewed for all of them).
 	Targets []pipeline.Target
 	// Policies, and Profile with them, are held against both sides.
@@ -152,9 +156,15 @@ func Run(in Input) (*review.Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	bundles := [2]*pki.Bundle{b, b}
+	if in.OldSecrets != "" {
+		if bundles[0], err = (Input{Secrets: in.OldSecrets}).bundle(); err != nil {
+			return nil, err
+		}
+	}
 	var sides [2]compiled
 	for i, dir := range in.Args {
-		if sides[i], err = in.side(b, dir, dir, func(l diag.List) diag.List { return l.Relative(in.Cwd) }); err != nil {
+		if sides[i], err = in.side(bundles[i], dir, dir, func(l diag.List) diag.List { return l.Relative(in.Cwd) }); err != nil {
 			return nil, err
 		}
 		if in.then != nil {

@@ -44,10 +44,14 @@ const (
 
 	// The CAs' certificates (and the cluster CA's key, on control-plane
 	// nodes, where the controller-manager signs kubelet certificates).
-	ClusterCACert    = PKIDir + "ca.crt"
-	ClusterCAKey     = PKIDir + "ca.key"
-	FrontProxyCACert = PKIDir + "front-proxy-ca.crt"
-	EtcdCACert       = EtcdPKIDir + "ca.crt"
+	ClusterCACert = PKIDir + "ca.crt"
+	ClusterCAKey  = PKIDir + "ca.key"
+	// ClusterSigningCACert is the certificate of ClusterCAKey alone: the
+	// controller-manager's CSR signer takes a file of one certificate,
+	// while ca.crt holds two during a rotation of the CA.
+	ClusterSigningCACert = PKIDir + "cluster-signing-ca.crt"
+	FrontProxyCACert     = PKIDir + "front-proxy-ca.crt"
+	EtcdCACert           = EtcdPKIDir + "ca.crt"
 	// The other CAs' keys, where a kubeadm PKI directory holds them
 	// (secrets import-kubeadm reads them).
 	EtcdCAKey       = EtcdPKIDir + "ca.key"

@@ -106,6 +106,12 @@ type Step struct {
 // only OLD's have.
 const KindLabels = "labels"
 
+// KindPods is the step that restarts every pod started before it, each
+// through its controller: once every API server signs service-account
+// tokens with a new key, so that no pod holds a token of the old one when
+// a rotation drops it.
+const KindPods = "pods"
+
 // KindServiceRange is the step that opens NEW's service ranges before
 // anything runs them: a ServiceCIDR object of NEW's ranges
 // (ServiceRangeName) and, where the DNS address moves, a Service at the

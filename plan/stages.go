@@ -420,7 +420,7 @@ func (b *builder) roll(st *Stage, target func(ir.Node) versions, diff, etcd bool
 		touched[n.Name] = true
 		if err := b.step(st, Step{Kind: "controllers", Nodes: []string{n.Name}, Restarts: withInstall(has(n, unitInstall), unitController, unitScheduler), Rule: rule("controllers-after-api-servers"),
 			Actions: []string{fmt.Sprintf("lay %s's files and restart kube-controller-manager (%s) and kube-scheduler (%s)", n.Name, t.ControllerManager, t.Scheduler)},
-			Gates:   []string{"kube-controller-manager and kube-scheduler of " + n.Name + " answer /healthz"}}); err != nil {
+			Gates:   []string{"kube-controller-manager and kube-scheduler of " + n.Name + " lead (or another node leads) since the restart, and stay up"}}); err != nil {
 			return err
 		}
 	}
@@ -577,13 +577,14 @@ func (b *builder) explicit(late bool) error {
 	}
 	name := "settings a restart does not apply"
 	if late {
-		name = "labels and taints of registered nodes"
+		name = "once every node runs the change"
 	}
 	st := b.stage(name, "")
 	for _, s := range b.in.Report.Steps {
 		// The plan's own: etcd's membership (additions, removals), the
 		// service ranges (servicesOpen, servicesMove).
-		if s.Kind == review.StepEtcdMembership || s.Kind == review.StepServiceCIDR || (s.Kind == review.StepNodeLabels) != late {
+		lateKind := s.Kind == review.StepNodeLabels || s.Kind == review.StepTokens
+		if s.Kind == review.StepEtcdMembership || s.Kind == review.StepServiceCIDR || lateKind != late {
 			continue
 		}
 		step := Step{Kind: "explicit", Rule: "explicit-step", Actions: append([]string{s.Setting + ": " + s.Why}, s.Actions...)}
@@ -591,6 +592,11 @@ func (b *builder) explicit(late bool) error {
 			// apply sets them through the API, from OLD's and NEW's nodes.
 			step.Kind, step.Nodes = KindLabels, s.Nodes
 			step.Gates = []string{"each node's labels and taints are those of the spec"}
+		}
+		if s.Kind == review.StepTokens {
+			// Every API server signs with the new key by now.
+			step.Kind = KindPods
+			step.Gates = []string{"no pod started before the step; every workload rolled out"}
 		}
 		if err := b.step(st, step); err != nil {
 			return err

@@ -59,16 +59,22 @@ const (
 	StepPodCIDR        StepKind = "pod-cidr"
 	StepDomain         StepKind = "domain"
 	StepNodeLabels     StepKind = "node-labels"
+	// StepTokens: the service-account signing key changes within a
+	// rotation; the pods' tokens must be of the new key before the
+	// rotation ends.
+	StepTokens StepKind = "tokens"
 )
 
 // effects are the steps a change needs, in order: trust first (a new
 // CA), then etcd's membership, the ranges and the domain, and last the
 // Node objects, once their kubelets run the new configuration.
 func effects(a, b Side, etcd *EtcdChange) []Step {
-	var out []Step
+	var out, tokens []Step
 	fa, fb := a.Facts, b.Facts
 	if fa != nil && fb != nil {
-		out = append(out, caSteps(fa, fb)...)
+		var trust []Step
+		trust, tokens = caSteps(fa, fb)
+		out = append(out, trust...)
 	}
 	if etcd != nil && etcd.Changed() {
 		out = append(out, etcdSteps(a.Etcd, b.Etcd, etcd)...)
@@ -108,13 +114,12 @@ func effects(a, b Side, etcd *EtcdChange) []Step {
 			Actions: []string{"once CoreDNS and the kubelets run the new configuration, restart every pod (kubectl rollout restart for each workload)"},
 		})
 	}
-	return append(out, nodeSteps(fa, fb)...)
+	return append(append(out, nodeSteps(fa, fb)...), tokens...)
 }
 
 // caSteps: a new CA means a rolling re-issue, with both CAs trusted
 // while it lasts; a new service-account key invalidates every token.
-func caSteps(fa, fb *Facts) []Step {
-	var out []Step
+func caSteps(fa, fb *Facts) (out, tokens []Step) {
 	for _, name := range unionKeys(fa.CAs, fb.CAs) {
 		old, inA := fa.CAs[name]
 		new, inB := fb.CAs[name]
@@ -125,6 +130,16 @@ func caSteps(fa, fb *Facts) []Step {
 		// key trusted on both sides, and is proven to keep every flow
 		// working: the restarts take it.
 		if slices.ContainsFunc(strings.Split(old, "+"), func(h string) bool { return slices.Contains(strings.Split(new, "+"), h) }) {
+			// But the pods hold tokens of the key that signed when they
+			// started, which verify only until the rotation ends.
+			if name == "service-account" && strings.Split(old, "+")[0] != strings.Split(new, "+")[0] {
+				tokens = append(tokens, Step{
+					Kind:    StepTokens,
+					Setting: "service-account tokens",
+					Why:     "the API servers sign tokens with the new key from this stage on; a pod's token is of the key that signed when it started, and verifies only until the rotation drops that key",
+					Actions: []string{"once every API server signs with the new key, restart every pod started before (kubectl rollout restart of each workload), so that its token is of the new key"},
+				})
+			}
 			continue
 		}
 		if name == "service-account" {
@@ -147,7 +162,7 @@ func caSteps(fa, fb *Facts) []Step {
 			},
 		})
 	}
-	return out
+	return out, tokens
 }
 
 // etcdSteps are the membership commands, one member at a time, added

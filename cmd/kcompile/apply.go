@@ -21,6 +21,7 @@ import (
 	"github.com/kcompile/kcompile/compiler"
 	"github.com/kcompile/kcompile/compiler/diag"
 	"github.com/kcompile/kcompile/compiler/ir"
+	"github.com/kcompile/kcompile/compiler/pki"
 	"github.com/kcompile/kcompile/pipeline"
 	"github.com/kcompile/kcompile/runtimes/nspawn"
 	"github.com/kcompile/kcompile/targets"
@@ -68,6 +69,17 @@ func (c *applyCmd) Run(e *env) error {
 			return err
 		}
 	}
+	b, diags, err := loadBundle(c.Secrets)
+	if err != nil {
+		return err
+	}
+	if diags.HasErrors() {
+		return printDiagnostics(e, diags, "cannot use the secrets bundle "+c.Secrets)
+	}
+	secrets, err := b.Marshal()
+	if err != nil {
+		return err
+	}
 	var running *nspawn.Running
 	if c.From != "" {
 		from, err := filepath.Abs(c.From)
@@ -78,7 +90,8 @@ func (c *applyCmd) Run(e *env) error {
 		if diags.HasErrors() {
 			return printDiagnostics(e, diags, "the spec of --from does not evaluate")
 		}
-		if running, err = nspawn.RecordRunning(work, data, e.now); err != nil {
+		// The hosts run what build built with this bundle.
+		if running, err = nspawn.RecordRunning(work, data, e.now, secrets); err != nil {
 			return err
 		}
 	} else if running, err = nspawn.ReadRunning(work); err != nil {
@@ -87,21 +100,26 @@ func (c *applyCmd) Run(e *env) error {
 	if c.SSHUser == "" && !running.Up() {
 		return usageError("the cluster in " + work + " runs on hosts kcompile up did not boot: give --ssh-user USER (and --ssh-key, --known-hosts) to reach them")
 	}
-	p, err := compare.Plan(compare.Input{Args: []string{specDir, c.Dir}, Secrets: c.Secrets, Policies: c.Policy, Profile: c.Profile,
+	// The running cluster's files were built with the bundle recorded
+	// beside its spec; --secrets is the one it is to run, the same but
+	// across a stage of kcompile secrets rotate or a renewal.
+	oldB := b
+	if running.Bundle != "" {
+		if oldB, diags, err = loadBundle(running.Bundle); err != nil {
+			return err
+		}
+		if diags.HasErrors() {
+			return printDiagnostics(e, diags, "cannot use the running cluster's recorded secrets bundle "+running.Bundle)
+		}
+	}
+	p, err := compare.Plan(compare.Input{Args: []string{specDir, c.Dir}, Secrets: c.Secrets, OldSecrets: running.Bundle, Policies: c.Policy, Profile: c.Profile,
 		Bound: e.bound, Now: e.now, Rand: rand.Reader, Cwd: e.cwd, Stage: e.progress.stage}, via)
 	if err != nil {
 		return planError(e, err, "plan refused, nothing applied: ")
 	}
-	b, diags, err := loadBundle(c.Secrets)
-	if err != nil {
-		return err
-	}
-	if diags.HasErrors() {
-		return printDiagnostics(e, diags, "cannot use the secrets bundle "+c.Secrets)
-	}
-	// Every state is built as the running cluster was: the same bundle,
-	// the clock its certificates were issued at.
-	build := func(dir string, state map[string]any, tolerate []string) (*ir.Cluster, *targets.Tree, error) {
+	// Every state is built as the running cluster was: the clock its
+	// certificates were issued at, with NEW's bundle (OLD's for OLD).
+	buildWith := func(b *pki.Bundle, dir string, state map[string]any, tolerate []string) (*ir.Cluster, *targets.Tree, error) {
 		src, err := compiler.StateSource(compiler.Source{Dir: dir, Bound: e.bound, Tolerate: tolerate}, state)
 		if err != nil {
 			return nil, nil, err
@@ -125,9 +143,17 @@ func (c *applyCmd) Run(e *env) error {
 	if oldDiags.HasErrors() {
 		return printDiagnostics(e, oldDiags, "the running cluster's recorded spec does not evaluate")
 	}
-	old, oldTree, err := build(specDir, oldData, nil)
+	old, oldTree, err := buildWith(oldB, specDir, oldData, nil)
 	if err != nil {
 		return statusError{code: exitProblems, msg: "the running cluster's recorded spec: " + err.Error()}
+	}
+	// A change of the bundle is taken only once every flow of the
+	// running cluster is proven to work between the two, as kcompile
+	// secrets rotate proved it when it wrote the stage.
+	if oldB != b {
+		if err := pki.ProveTransition(old, oldB, b, e.now, rand.Reader); err != nil {
+			return statusError{code: exitProblems, msg: "nothing applied: the secrets bundle " + c.Secrets + " is not the next stage of the running cluster's: " + err.Error()}
+		}
 	}
 	if transport != nil && c.SSHUser != "root" && !slices.ContainsFunc(old.Users, func(u ir.User) bool { return u.Name == c.SSHUser && u.Sudo }) {
 		return usageError("--ssh-user " + c.SSHUser + " is no access user of the running spec with sudo: apply runs its commands as root (access.users." + c.SSHUser + ".sudo: true, or root)")
@@ -141,8 +167,9 @@ func (c *applyCmd) Run(e *env) error {
 	err = nspawn.Apply(ctx, nspawn.ApplyConfig{
 		Running: running, Plan: p, Old: old, OldTree: oldTree,
 		Build: func(state map[string]any, tolerate []string) (*ir.Cluster, *targets.Tree, error) {
-			return build(c.Dir, state, tolerate)
+			return buildWith(b, c.Dir, state, tolerate)
 		},
+		Secrets:  secrets,
 		Binaries: c.Binaries, DryRun: c.DryRun, Resume: c.Resume, GateTimeout: c.GateTimeout, Log: e.stderr, Now: time.Now, SSH: transport,
 	})
 	if err != nil {

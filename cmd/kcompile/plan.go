@@ -14,14 +14,15 @@ import (
 )
 
 type planCmd struct {
-	Args    []string `arg:"" optional:"" help:"OLD NEW: two spec directories, the running cluster's and the one to become. With --git: the spec directory (default .)."`
-	Git     string   `placeholder:"REV1..REV2" help:"Plan the change of the spec between two git revisions instead of two directories."`
-	Via     []string `placeholder:"VERSION" help:"The release of each Kubernetes minor the change passes through (repeatable): 1.35 → 1.37 passes through 1.36, as --via 1.36.4."`
-	Secrets string   `short:"s" placeholder:"FILE" help:"Secrets bundle both sides are compiled with; without it, one throwaway bundle."`
-	Policy  []string `placeholder:"PDIR" help:"Hold every state of the plan to the organisation policies of PDIR (repeatable)."`
-	Profile string   `enum:",cis" default:"" help:"With --policy: the benchmark every state is checked with."`
-	Output  string   `short:"o" enum:"text,markdown,json" default:"text" help:"Output format: text, markdown (a pull-request comment) or json."`
-	States  string   `placeholder:"DIR" help:"Write the state each step leaves as a spec of its own, DIR/step-NNN/state.cue, for kcompile check, build or diff (a directory kcompile owns, written atomically)."`
+	Args       []string `arg:"" optional:"" help:"OLD NEW: two spec directories, the running cluster's and the one to become. With --git: the spec directory (default .)."`
+	Git        string   `placeholder:"REV1..REV2" help:"Plan the change of the spec between two git revisions instead of two directories."`
+	Via        []string `placeholder:"VERSION" help:"The release of each Kubernetes minor the change passes through (repeatable): 1.35 → 1.37 passes through 1.36, as --via 1.36.4."`
+	Secrets    string   `short:"s" placeholder:"FILE" help:"Secrets bundle both sides are compiled with; without it, one throwaway bundle."`
+	OldSecrets string   `placeholder:"FILE" help:"Secrets bundle OLD is compiled with, when the change is of the bundle too: a stage of kcompile secrets rotate, or a renewal (NEW's is --secrets)."`
+	Policy     []string `placeholder:"PDIR" help:"Hold every state of the plan to the organisation policies of PDIR (repeatable)."`
+	Profile    string   `enum:",cis" default:"" help:"With --policy: the benchmark every state is checked with."`
+	Output     string   `short:"o" enum:"text,markdown,json" default:"text" help:"Output format: text, markdown (a pull-request comment) or json."`
+	States     string   `placeholder:"DIR" help:"Write the state each step leaves as a spec of its own, DIR/step-NNN/state.cue, for kcompile check, build or diff (a directory kcompile owns, written atomically)."`
 }
 
 var viaVersion = regexp.MustCompile(`^1\.([0-9]+)\.[0-9]+$`)
@@ -67,7 +68,10 @@ func (c *planCmd) Run(e *env) error {
 	if err != nil {
 		return err
 	}
-	p, err := compare.Plan(compare.Input{Args: c.Args, Git: c.Git, Secrets: c.Secrets, Policies: c.Policy, Profile: c.Profile,
+	if c.OldSecrets != "" && c.Secrets == "" {
+		return statusError{code: exitUsage, msg: "--old-secrets needs --secrets: NEW's bundle"}
+	}
+	p, err := compare.Plan(compare.Input{Args: c.Args, Git: c.Git, Secrets: c.Secrets, OldSecrets: c.OldSecrets, Policies: c.Policy, Profile: c.Profile,
 		Bound: e.bound, Now: e.now, Rand: rand.Reader, Cwd: e.cwd, Stage: e.progress.stage}, via)
 	if err != nil {
 		return planError(e, err, "plan refused: ")

@@ -35,8 +35,8 @@ func (secretsRotateCmd) Help() string {
   kcompile secrets rotate --next              # the end: the old CAs trusted nowhere
   kcompile secrets rotate prod/ -s prod.json --ca etcd-ca
 
-Each stage is written to the bundle, with the stage recorded: build the
-spec with it and roll it out to every node before the next stage. A
+Each stage is written to the bundle, with the stage recorded: roll it
+out to every node (kcompile apply -s FILE) before the next stage. A
 stage is written only once every flow of the spec's cluster (each kind
 of TLS connection, and service-account tokens) is proven to work
 between it and the stage before, a client of either against a server of
@@ -117,9 +117,9 @@ func (c *secretsRotateCmd) Run(e *env) error {
 	}
 	fmt.Fprintln(e.stdout, "proven: every flow of the cluster works between this stage and the one before, both ways round")
 	if next.Stage() > 0 {
-		fmt.Fprintln(e.stdout, "build the spec with it and lay every node's files, then `kcompile secrets rotate --next`")
+		fmt.Fprintf(e.stdout, "roll it out (kcompile apply -s %s, or build and lay every node's files), then `kcompile secrets rotate --next`\n", c.Secrets)
 	} else {
-		fmt.Fprintln(e.stdout, "build the spec with it and lay every node's files")
+		fmt.Fprintf(e.stdout, "roll it out (kcompile apply -s %s, or build and lay every node's files)\n", c.Secrets)
 	}
 	return nil
 }

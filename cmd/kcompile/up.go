@@ -65,6 +65,10 @@ func (c *upCmd) Run(e *env) error {
 	if err != nil {
 		return err
 	}
+	secrets, err := out.Material.Bundle.Marshal()
+	if err != nil {
+		return err
+	}
 	work := c.Work
 	if work == "" {
 		work = nspawn.DefaultWork(out.Cluster.Name)
@@ -98,6 +102,7 @@ func (c *upCmd) Run(e *env) error {
 		Uplink:    c.Uplink,
 		Spec:      spec,
 		Issued:    e.now,
+		Secrets:   secrets,
 		Bound:     e.bound,
 	})
 	if err != nil {

@@ -273,7 +273,7 @@ func TestRenew(t *testing.T) {
 	// holding a leaf changed.
 	f1, f2 := filesByKey(t, m1), filesByKey(t, m2)
 	unchanged := map[string]bool{
-		"etc/kubernetes/pki/ca.crt": true, "etc/kubernetes/pki/ca.key": true,
+		"etc/kubernetes/pki/ca.crt": true, "etc/kubernetes/pki/ca.key": true, "etc/kubernetes/pki/cluster-signing-ca.crt": true,
 		"etc/kubernetes/pki/front-proxy-ca.crt": true, "etc/kubernetes/pki/etcd/ca.crt": true,
 		"etc/kubernetes/pki/sa.key": true, "etc/kubernetes/pki/sa.pub": true, "pki/ca.crt": true,
 	}

@@ -36,9 +36,9 @@ func Files(m *Material) ([]File, error) {
 	c := m.Cluster
 	b := m.Bundle
 	// Each CA file is its authority's trust store: during a rotation it
-	// holds the old and the new CA, the signer first (the
-	// controller-manager signs with ca.key and the first certificate of
-	// ca.crt).
+	// holds the old and the new CA, the signer first. The
+	// controller-manager signs with ca.key and cluster-signing-ca.crt,
+	// the signer alone.
 	caPEM := trustPEM(b, ClusterCA)
 	etcdCAPEM := trustPEM(b, EtcdCA)
 	frontProxyCAPEM := trustPEM(b, FrontProxyCA)
@@ -70,6 +70,7 @@ func Files(m *Material) ([]File, error) {
 		}
 		if n.Runs(ir.ComponentAPIServer) {
 			add(n.Name, layout.ClusterCAKey, caKey, ModePrivate)
+			add(n.Name, layout.ClusterSigningCACert, encodeCert(b.Signer(ClusterCA).Cert.Raw), ModePublic)
 			add(n.Name, layout.FrontProxyCACert, frontProxyCAPEM, ModePublic)
 			add(n.Name, layout.EtcdCACert, etcdCAPEM, ModePublic)
 			add(n.Name, layout.ServiceAccountKey, saKey, ModePrivate)

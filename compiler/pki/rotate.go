@@ -75,8 +75,7 @@ func (b *Bundle) Signer(a Authority) CA {
 }
 
 // Trusted are the CA certificates a's trust stores hold, the signer
-// first: a file of them is also the controller-manager's signing
-// certificate, whose first certificate must match the signing key.
+// first (what reads one certificate of a file reads the signer's).
 func (b *Bundle) Trusted(a Authority) []*x509.Certificate {
 	out := []*x509.Certificate{b.Signer(a).Cert}
 	if r := b.Rotation; r != nil {

@@ -93,9 +93,10 @@ func TestRotationSkippingAStageBreaksAFlow(t *testing.T) {
 }
 
 // A stage's files: each CA file holds the authority's trust store, the
-// signer first, so that ca.crt with ca.key is a key pair (the
-// controller-manager signs with them) and chains of every leaf verify;
-// sa.pub holds both public keys while the key rotates.
+// signer first, and chains of every leaf verify; the controller-manager's
+// signing certificate is the signer alone, a key pair with ca.key (its
+// CSR signer refuses a file of two); sa.pub holds both public keys while
+// the key rotates.
 func TestRotationFiles(t *testing.T) {
 	c := compileExample(t, "ha-stacked")
 	for i, b := range rotationStages(t) {
@@ -126,9 +127,12 @@ func TestRotationFiles(t *testing.T) {
 		if n := bytes.Count(get(layout.ServiceAccountPubKey), []byte("BEGIN PUBLIC KEY")); n != want {
 			t.Errorf("stage %d: sa.pub holds %d keys, want %d", i, n, want)
 		}
-		pair, err := tls.X509KeyPair(get(layout.ClusterCACert), get(layout.ClusterCAKey))
+		if n := bytes.Count(get(layout.ClusterSigningCACert), []byte("BEGIN CERTIFICATE")); n != 1 {
+			t.Errorf("stage %d: the controller-manager's signing certificate file holds %d certificates, want 1", i, n)
+		}
+		pair, err := tls.X509KeyPair(get(layout.ClusterSigningCACert), get(layout.ClusterCAKey))
 		if err != nil {
-			t.Errorf("stage %d: ca.crt and ca.key: %v", i, err)
+			t.Errorf("stage %d: cluster-signing-ca.crt and ca.key: %v", i, err)
 			continue
 		}
 		roots := x509.NewCertPool()
@@ -143,7 +147,7 @@ func TestRotationFiles(t *testing.T) {
 		}
 		signer, _ := x509.ParseCertificate(pair.Certificate[0])
 		if !bytes.Equal(leaf.RawIssuer, signer.RawSubject) || leaf.CheckSignatureFrom(signer) != nil {
-			t.Errorf("stage %d: the API server's certificate is not signed by ca.crt's first certificate", i)
+			t.Errorf("stage %d: the API server's certificate is not signed by the signing certificate", i)
 		}
 	}
 }

@@ -47,6 +47,10 @@ const (
 	SpecFile      = "spec/state.cue"
 	IssuedFile    = "spec/issued"
 	OverridesFile = "spec/overrides.json"
+	// BundleFile is the secrets bundle the running cluster's files were
+	// built with, so that a change of the bundle (a stage of kcompile
+	// secrets rotate, a renewal) is planned from it.
+	BundleFile = "spec/secrets.json"
 	// ProgressFile is an apply's progress while it lasts: the plan it
 	// follows and the steps done.
 	ProgressFile = "apply.json"
@@ -65,11 +69,15 @@ func (c *Cluster) recordSpec() error {
 	if err != nil {
 		return err
 	}
-	for name, data := range map[string][]byte{
+	files := map[string][]byte{
 		SpecFile:      c.cfg.Spec,
 		IssuedFile:    []byte(c.cfg.Issued.UTC().Format(time.RFC3339Nano) + "\n"),
 		OverridesFile: append(over, '\n'),
-	} {
+	}
+	if c.cfg.Secrets != nil {
+		files[BundleFile] = c.cfg.Secrets
+	}
+	for name, data := range files {
 		if err := writer.PrivateFile(filepath.Join(c.cfg.Work, name), data); err != nil {
 			return err
 		}
@@ -87,7 +95,11 @@ type Running struct {
 	Issued time.Time
 	// Overrides are up's changes to the compiled files.
 	Overrides systemd.UpOverrides
-	state     *State
+	// Bundle is the path of the secrets bundle the running files were
+	// built with (BundleFile), "" when none is recorded (a work directory
+	// of a kcompile older than this).
+	Bundle string
+	state  *State
 }
 
 // ReadRunning reads what up recorded in work of the cluster it runs, or
@@ -118,6 +130,9 @@ func ReadRunning(work string) (*Running, error) {
 	if err := json.Unmarshal(over, &r.Overrides); err != nil {
 		return nil, fmt.Errorf("%s: %v", filepath.Join(work, OverridesFile), err)
 	}
+	if _, err := os.Stat(filepath.Join(work, BundleFile)); err == nil {
+		r.Bundle = filepath.Join(work, BundleFile)
+	}
 	return r, nil
 }
 
@@ -129,7 +144,7 @@ func (r *Running) Up() bool { return r.state != nil }
 // hosts of bare metal run, for an apply over SSH: its spec as data and
 // the clock its certificates were issued at (kcompile build's), with no
 // changes of up's. An apply that stopped keeps its progress there.
-func RecordRunning(work string, spec map[string]any, issued time.Time) (*Running, error) {
+func RecordRunning(work string, spec map[string]any, issued time.Time, secrets []byte) (*Running, error) {
 	if _, err := ReadState(work); err == nil {
 		return nil, fmt.Errorf("%s is the work directory of a kcompile up: apply to it without --from", work)
 	}
@@ -148,6 +163,7 @@ func RecordRunning(work string, spec map[string]any, issued time.Time) (*Running
 		SpecFile:      text,
 		IssuedFile:    []byte(issued.UTC().Format(time.RFC3339Nano) + "\n"),
 		OverridesFile: append(over, '\n'),
+		BundleFile:    secrets,
 	} {
 		if err := writer.PrivateFile(filepath.Join(work, name), data); err != nil {
 			return nil, err
@@ -187,6 +203,9 @@ type ApplyConfig struct {
 	SSH *SSH
 	Log io.Writer
 	Now func() time.Time
+	// Secrets is the bundle the plan's states are built with, recorded
+	// as the running one (BundleFile) once the plan is done.
+	Secrets []byte
 }
 
 // progress is ProgressFile.
@@ -345,6 +364,11 @@ func Apply(ctx context.Context, cfg ApplyConfig) error {
 	}
 	if err := writer.PrivateFile(filepath.Join(cfg.Running.Work, SpecFile), text); err != nil {
 		return err
+	}
+	if cfg.Secrets != nil {
+		if err := writer.PrivateFile(filepath.Join(cfg.Running.Work, BundleFile), cfg.Secrets); err != nil {
+			return err
+		}
 	}
 	return os.Remove(progressPath)
 }
@@ -511,6 +535,15 @@ func (a *applier) step(ctx context.Context, s change.Step, prevC, c *ir.Cluster,
 		return a.openServices(ctx, c)
 	case s.Kind == change.KindServiceMove:
 		return a.moveServices(ctx, c, tree)
+	case s.Kind == change.KindPods:
+		if a.cfg.DryRun {
+			a.log("  would restart every pod started before, through its controller")
+			return nil
+		}
+		if err := a.refuseBarePods(ctx); err != nil {
+			return err
+		}
+		return a.restartPods(ctx)
 	case strings.HasPrefix(s.Kind, "add "):
 		return a.add(ctx, s, c, tree)
 	case strings.HasPrefix(s.Kind, "remove "):
@@ -597,6 +630,21 @@ func (a *applier) step(ctx context.Context, s change.Step, prevC, c *ir.Cluster,
 		}
 		if _, err := a.run(ctx, name, "systemctl", "daemon-reload"); err != nil {
 			return err
+		}
+		// A kubelet that rotates its client certificate keeps it in a
+		// store of its own, made from its kubeconfig's at its first start
+		// and preferred to it at every start after: without the store's
+		// current certificate it takes the kubeconfig's new one (and
+		// stores it), as at its first start.
+		// The kubeconfig laid by this step or an earlier one of the plan:
+		// held against the running cluster's.
+		was, _ := a.cfg.OldTree.Get(layout.NodeTree(name, layout.KubeletKubeconfig))
+		is, _ := tree.Get(layout.NodeTree(name, layout.KubeletKubeconfig))
+		if slices.Contains(s.Restarts, "kubelet.service") && was.Data != nil && !bytes.Equal(was.Data, is.Data) {
+			if out, err := a.run(ctx, name, "rm", "-f", layout.Abs(kubeletClientCurrent)); err != nil {
+				return fmt.Errorf("node %s: %v: %s", name, err, out)
+			}
+			a.log("  %s: removed the kubelet's link to its current client certificate: it takes the kubeconfig's new one", name)
 		}
 		for _, u := range s.Restarts {
 			if u == systemd.InstallUnit {
@@ -732,6 +780,10 @@ func writeInto(root string, f targets.File) error {
 	return os.Rename(name, p)
 }
 
+// kubeletClientCurrent is the kubelet's current client certificate in its
+// store (its --cert-dir, by default beside its serving certificate).
+const kubeletClientCurrent = layout.KubeletDir + "pki/kubelet-client-current.pem"
+
 // gates waits on what must hold of node n after step s before the next
 // step: its kubelet's lease renewed since the restart and the node
 // Ready; its API server's /readyz; its etcd member healthy and the
@@ -761,6 +813,7 @@ func (a *applier) gates(ctx context.Context, c *ir.Cluster, n ir.Node, units []s
 			return err
 		}
 	}
+	var controllers []string
 	for _, u := range []string{"kube-controller-manager.service", "kube-scheduler.service", "kube-proxy.service", "containerd.service"} {
 		if !restarted(u) {
 			continue
@@ -771,6 +824,15 @@ func (a *applier) gates(ctx context.Context, c *ir.Cluster, n ir.Node, units []s
 		}); err != nil {
 			return err
 		}
+		if lease := strings.TrimSuffix(u, ".service"); lease == "kube-controller-manager" || lease == "kube-scheduler" {
+			if err := a.leads(ctx, n, lease, since); err != nil {
+				return err
+			}
+			controllers = append(controllers, u)
+		}
+	}
+	if err := a.staysUp(ctx, n, controllers); err != nil {
+		return err
 	}
 	// The control plane's own components have their gates above; a
 	// kubelet's renewed lease proves the node's own path to the API
@@ -796,6 +858,50 @@ func (a *applier) gates(ctx context.Context, c *ir.Cluster, n ir.Node, units []s
 			return err
 		}
 	}
+	return nil
+}
+
+// leads waits until the leader lease of a controller restarted on n is
+// held by a process of n started since the restart, or renewed since
+// then by another node's.
+func (a *applier) leads(ctx context.Context, n ir.Node, lease string, since time.Time) error {
+	return a.await(ctx, lease+" leading from "+n.Name+" or another node", func() (bool, string) {
+		var l coordinationv1.Lease
+		if err := a.kube.get(ctx, "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/"+lease, &l); err != nil {
+			return false, err.Error()
+		}
+		holder := ""
+		if l.Spec.HolderIdentity != nil {
+			holder = *l.Spec.HolderIdentity
+		}
+		if strings.HasPrefix(holder, n.Name+"_") {
+			return l.Spec.AcquireTime != nil && l.Spec.AcquireTime.After(since), "held by " + holder + ", acquired before the restart"
+		}
+		return holder != "" && l.Spec.RenewTime != nil && l.Spec.RenewTime.After(since), "held by " + holder + ", not renewed since the restart"
+	})
+}
+
+// staysUp holds the units to be started no more by systemd for 3 s, once
+// they lead: an active unit says little of a controller that fails once
+// it leads (builds its controllers) and is started again.
+func (a *applier) staysUp(ctx context.Context, n ir.Node, units []string) error {
+	if len(units) == 0 {
+		return nil
+	}
+	restarts := func() string {
+		out, _ := a.run(ctx, n.Name, append([]string{"systemctl", "show", "-p", "NRestarts", "--value"}, units...)...)
+		return strings.Join(strings.Fields(string(out)), " ")
+	}
+	before := restarts()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(3 * time.Second):
+	}
+	if after := restarts(); after != before {
+		return fmt.Errorf("%s of %s started again by systemd (restarts %s, then %s): it fails once it runs; its journal says why", strings.Join(units, ", "), n.Name, before, after)
+	}
+	a.log("  gate: %s of %s stay up", strings.Join(units, ", "), n.Name)
 	return nil
 }
 

@@ -458,7 +458,7 @@ func (a *applier) restartPods(ctx context.Context) error {
 	if len(evict) > 0 {
 		a.log("  evicting %d pods of other controllers", len(evict))
 	}
-	return a.await(ctx, "no pod started before the move; every workload rolled out", func() (bool, string) {
+	return a.await(ctx, "no pod started before the restarts; every workload rolled out", func() (bool, string) {
 		left, err := before()
 		if err != nil {
 			return false, err.Error()

@@ -124,7 +124,7 @@ func bootForApplyFrom(t *testing.T, dir, binaries string, target pipeline.Target
 	}
 	e.work = filepath.Join(t.TempDir(), "work")
 	e.c = bootIn(t, out, target, e.work, false, func(cfg *Config) {
-		cfg.Spec, cfg.Issued = text, e.issued
+		cfg.Spec, cfg.Issued, cfg.Secrets = text, e.issued, data
 		if binaries != "" {
 			cfg.Binaries = fixture.Path(binaries)
 		}
@@ -132,9 +132,14 @@ func bootForApplyFrom(t *testing.T, dir, binaries string, target pipeline.Target
 	return e
 }
 
-// build builds a spec as the running cluster was built.
+// build builds a spec as the running cluster was built, with e.b.
 func (e *applyEnv) build(src compiler.Source) (*ir.Cluster, *targets.Tree, error) {
-	out, err := pipeline.Run(pipeline.Input{Source: src, Bundle: e.b, Now: e.issued, Issue: true, Targets: []pipeline.Target{pipeline.Systemd}})
+	return e.buildWith(e.b, src)
+}
+
+// buildWith builds a spec with bundle b and the running cluster's clock.
+func (e *applyEnv) buildWith(b *pki.Bundle, src compiler.Source) (*ir.Cluster, *targets.Tree, error) {
+	out, err := pipeline.Run(pipeline.Input{Source: src, Bundle: b, Now: e.issued, Issue: true, Targets: []pipeline.Target{pipeline.Systemd}})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -148,7 +153,7 @@ func (e *applyEnv) build(src compiler.Source) (*ir.Cluster, *targets.Tree, error
 // apply does.
 func (e *applyEnv) plan(dir string) *change.Plan {
 	e.t.Helper()
-	p, err := compare.Plan(compare.Input{Args: []string{filepath.Join(e.work, SpecDir), dir}, Secrets: e.secrets, Now: time.Now(), Rand: rand.Reader, Cwd: "/"}, nil)
+	p, err := compare.Plan(compare.Input{Args: []string{filepath.Join(e.work, SpecDir), dir}, Secrets: e.secrets, OldSecrets: filepath.Join(e.work, BundleFile), Now: time.Now(), Rand: rand.Reader, Cwd: "/"}, nil)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -182,7 +187,21 @@ func (e *applyEnv) apply(ctx context.Context, p *change.Plan, dir string, log *s
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	old, oldTree, err := e.build(src)
+	// OLD is built with the bundle the running cluster records, the
+	// states with e.b: the next stage's during a rotation.
+	recorded, err := os.ReadFile(running.Bundle)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	runningB, err := pki.Parse(recorded)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	old, oldTree, err := e.buildWith(runningB, src)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	secrets, err := e.b.Marshal()
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -197,7 +216,7 @@ func (e *applyEnv) apply(ctx context.Context, p *change.Plan, dir string, log *s
 			}
 			return e.build(src)
 		},
-		Binaries: binaries, DryRun: dryRun, Resume: resume, GateTimeout: 3 * time.Minute, Log: log, Now: time.Now, SSH: e.ssh})
+		Binaries: binaries, DryRun: dryRun, Resume: resume, GateTimeout: 3 * time.Minute, Log: log, Now: time.Now, SSH: e.ssh, Secrets: secrets})
 }
 
 // invocations are the InvocationIDs of units on nodes: a unit restarted
@@ -384,6 +403,8 @@ func TestUpApply(t *testing.T) {
 	}
 	// The service CIDR moves, over SSH too.
 	movedDir := serviceMove(t, e, k, newDir, map[string]string{"access.cue": access, "pods.cue": pods})
+	// Every CA and the service-account key rotate, stage by stage.
+	rotation(t, e, movedDir)
 	// A host whose key is not the known one is refused.
 	e.ssh.HostKeys = ssh.FixedHostKey(signer.PublicKey())
 	if err := e.apply(ctx, e.plan(movedDir), movedDir, &stopAt{}, "", false, false); err == nil || !strings.Contains(err.Error(), "host key mismatch") {

@@ -95,6 +95,9 @@ type Config struct {
 	// (nil: not recorded).
 	Spec   []byte
 	Issued time.Time
+	// Secrets is the bundle the trees were built with (pki.Bundle's
+	// Marshal), recorded beside the spec (BundleFile); nil: not recorded.
+	Secrets []byte
 	// Bound bounds the evaluation of a state kcompile apply sends (the
 	// states of the machines it adds and removes), as the command line
 	// bounds the spec's; nil: unbounded.

@@ -202,7 +202,7 @@ func controllerManagerArgs(c *ir.Cluster, l placement) []string {
 		flag("client-ca-file", l.at(layout.ClusterCACert)),
 		flag("cluster-cidr", joinPrefixes(c.Network.PodCIDRs)),
 		flag("cluster-name", c.Name),
-		flag("cluster-signing-cert-file", l.at(layout.ClusterCACert)),
+		flag("cluster-signing-cert-file", l.at(layout.ClusterSigningCACert)),
 		flag("cluster-signing-key-file", l.at(layout.ClusterCAKey)),
 		flag("controllers", "*,bootstrapsigner,tokencleaner"),
 		flag("kubeconfig", kubeconfig),
