@@ -5,6 +5,7 @@ import (
 	"net/netip"
 
 	"github.com/kcompile/kcompile/compiler/diag"
+	"github.com/kcompile/kcompile/compiler/ir"
 )
 
 const (
@@ -105,7 +106,7 @@ func checkAddresses(m *model) {
 			}
 			if !in.IsValid() {
 				if len(networks) > 0 && first(CodeAddressNetwork+path) {
-					m.report(CodeAddressNetwork, path, fmt.Sprintf("address %s of node %s is outside every node network (%s)", a, n.name, joinPrefixes(networks)),
+					m.report(CodeAddressNetwork, path, fmt.Sprintf("address %s of node %s is outside every node network (%s)", a, n.name, ir.Join(networks, ", ")),
 						"correct the address, or add its network to network.nodes", "network.nodes")
 				}
 				continue
@@ -175,7 +176,7 @@ func checkGateways(m *model, networks []netip.Prefix) {
 			inside = inside || p.Contains(a)
 		}
 		if !inside && len(networks) > 0 {
-			m.report(CodeGatewayNetwork, path, fmt.Sprintf("gateway %s is outside every node network (%s): the nodes cannot reach it", a, joinPrefixes(networks)),
+			m.report(CodeGatewayNetwork, path, fmt.Sprintf("gateway %s is outside every node network (%s): the nodes cannot reach it", a, ir.Join(networks, ", ")),
 				"use the router's address on the node network", "network.nodes")
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/kcompile/kcompile/compiler/diag"
+	"github.com/kcompile/kcompile/compiler/ir"
 )
 
 const (
@@ -85,7 +86,7 @@ func checkCNI(m *model) {
 		nets = used[false]
 	}
 	if len(nets) > 1 {
-		m.report(CodeL2Mode, "network.cni.mode", fmt.Sprintf("mode %q routes pod traffic unencapsulated, but the nodes are in %d networks (%s)", cni.Mode, len(nets), joinPrefixes(nets)),
+		m.report(CodeL2Mode, "network.cni.mode", fmt.Sprintf("mode %q routes pod traffic unencapsulated, but the nodes are in %d networks (%s)", cni.Mode, len(nets), ir.Join(nets, ", ")),
 			"unencapsulated modes need routes between every pair of nodes (one L2 segment, or BGP peering with the routers): use an encapsulating mode otherwise",
 			"network.nodes")
 	}

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math/big"
 	"net/netip"
-	"strings"
 
 	"github.com/kcompile/kcompile/compiler/diag"
 )
@@ -74,12 +73,4 @@ func subnets(p netip.Prefix, bits int) int64 {
 		return 1 << 62
 	}
 	return 1 << shift
-}
-
-func joinPrefixes(ps []netip.Prefix) string {
-	s := make([]string, len(ps))
-	for i, p := range ps {
-		s[i] = p.String()
-	}
-	return strings.Join(s, ", ")
 }

@@ -2,7 +2,6 @@ package plan
 
 import (
 	"fmt"
-	"net/netip"
 	"slices"
 	"sort"
 	"strings"
@@ -619,12 +618,12 @@ func (b *builder) servicesOpen() error {
 	st := b.stage("the service CIDR change begins", "NEW's range takes Services, and CoreDNS answers at NEW's DNS address, before anything runs NEW's range")
 	s := Step{Kind: KindServiceRange, Rule: "service-range-first",
 		Actions: []string{
-			fmt.Sprintf("service CIDR %s → %s: %s", prefixes(o.ServiceCIDRs), prefixes(n.ServiceCIDRs), "the API servers' --service-cluster-ip-range allocates new Services only: every existing Service, the kubernetes Service and CoreDNS's among them, keeps its old ClusterIP"),
-			fmt.Sprintf("create the ServiceCIDR %s (networking.k8s.io/v1) of %s", ServiceRangeName, prefixes(n.ServiceCIDRs)),
+			fmt.Sprintf("service CIDR %s → %s: %s", ir.Join(o.ServiceCIDRs, ","), ir.Join(n.ServiceCIDRs, ","), "the API servers' --service-cluster-ip-range allocates new Services only: every existing Service, the kubernetes Service and CoreDNS's among them, keeps its old ClusterIP"),
+			fmt.Sprintf("create the ServiceCIDR %s (networking.k8s.io/v1) of %s", ServiceRangeName, ir.Join(n.ServiceCIDRs, ",")),
 		},
 		Gates: []string{"the ServiceCIDR " + ServiceRangeName + " Ready"}}
 	if !slices.Equal(o.DNSServiceIPs, n.DNSServiceIPs) {
-		s.Actions = append(s.Actions, fmt.Sprintf("create the Service kube-system/%s at %s, selecting CoreDNS's pods as kube-dns does (at %s)", DNSBridgeName, addrs(n.DNSServiceIPs), addrs(o.DNSServiceIPs)))
+		s.Actions = append(s.Actions, fmt.Sprintf("create the Service kube-system/%s at %s, selecting CoreDNS's pods as kube-dns does (at %s)", DNSBridgeName, ir.Join(n.DNSServiceIPs, ","), ir.Join(o.DNSServiceIPs, ",")))
 		s.Gates = append(s.Gates, "CoreDNS's pods ready behind "+DNSBridgeName)
 	}
 	if len(w.keepSANs) > 0 {
@@ -651,10 +650,10 @@ func (b *builder) servicesMove() error {
 	s := Step{Kind: KindServiceMove, Rule: "service-range-first"}
 	moves := !slices.Equal(o.FirstServiceIPs, n.FirstServiceIPs) || !slices.Equal(o.DNSServiceIPs, n.DNSServiceIPs)
 	if !slices.Equal(o.FirstServiceIPs, n.FirstServiceIPs) {
-		s.Actions = append(s.Actions, fmt.Sprintf("delete the kubernetes Service in default, which the API servers recreate at %s; the Service kube-system/%s keeps %s reaching the API servers until the pods that use it restart", addrs(n.FirstServiceIPs), APIBridgeName, addrs(o.FirstServiceIPs)))
+		s.Actions = append(s.Actions, fmt.Sprintf("delete the kubernetes Service in default, which the API servers recreate at %s; the Service kube-system/%s keeps %s reaching the API servers until the pods that use it restart", ir.Join(n.FirstServiceIPs, ","), APIBridgeName, ir.Join(o.FirstServiceIPs, ",")))
 	}
 	s.Actions = append(s.Actions,
-		"delete the ServiceCIDR kubernetes ("+prefixes(o.ServiceCIDRs)+"), which then allocates nothing more, and recreate every Service with an address outside "+prefixes(n.ServiceCIDRs)+" (its object kept in the work directory until it is back)")
+		"delete the ServiceCIDR kubernetes ("+ir.Join(o.ServiceCIDRs, ",")+"), which then allocates nothing more, and recreate every Service with an address outside "+ir.Join(n.ServiceCIDRs, ",")+" (its object kept in the work directory until it is back)")
 	restart := "Deployments, DaemonSets and StatefulSets rolled out again (kubectl rollout restart), other controllers' pods evicted; a pod without a controller refuses the step before it changes anything"
 	if moves {
 		s.Actions = append(s.Actions, "restart every pod started before: "+restart)
@@ -662,13 +661,13 @@ func (b *builder) servicesMove() error {
 		s.Actions = append(s.Actions, "where a Service was recreated (its old address is in the environment of pods of its namespace), the pods started before restart: "+restart)
 	}
 	if !slices.Equal(o.DNSServiceIPs, n.DNSServiceIPs) {
-		s.Actions = append(s.Actions, fmt.Sprintf("once no pod asks %s: delete kube-dns there and %s, and apply NEW's kube-dns at %s", addrs(o.DNSServiceIPs), DNSBridgeName, addrs(n.DNSServiceIPs)))
+		s.Actions = append(s.Actions, fmt.Sprintf("once no pod asks %s: delete kube-dns there and %s, and apply NEW's kube-dns at %s", ir.Join(o.DNSServiceIPs, ","), DNSBridgeName, ir.Join(n.DNSServiceIPs, ",")))
 	}
 	if !slices.Equal(o.FirstServiceIPs, n.FirstServiceIPs) {
 		s.Actions = append(s.Actions, "delete "+APIBridgeName)
 	}
-	s.Actions = append(s.Actions, "once the API servers have made the ServiceCIDR kubernetes again of "+prefixes(n.ServiceCIDRs)+", delete "+ServiceRangeName)
-	s.Gates = []string{"no Service outside " + prefixes(n.ServiceCIDRs), "the ServiceCIDR kubernetes is " + prefixes(n.ServiceCIDRs) + " and Ready"}
+	s.Actions = append(s.Actions, "once the API servers have made the ServiceCIDR kubernetes again of "+ir.Join(n.ServiceCIDRs, ",")+", delete "+ServiceRangeName)
+	s.Gates = []string{"no Service outside " + ir.Join(n.ServiceCIDRs, ","), "the ServiceCIDR kubernetes is " + ir.Join(n.ServiceCIDRs, ",") + " and Ready"}
 	if moves {
 		s.Gates = append(s.Gates, "no pod started before the move; every Deployment, DaemonSet and StatefulSet rolled out")
 	}
@@ -705,22 +704,6 @@ func (b *builder) servicesMove() error {
 		}
 	}
 	return nil
-}
-
-func prefixes(ps []netip.Prefix) string {
-	out := make([]string, len(ps))
-	for i, p := range ps {
-		out[i] = p.String()
-	}
-	return strings.Join(out, ",")
-}
-
-func addrs(as []netip.Addr) string {
-	out := make([]string, len(as))
-	for i, a := range as {
-		out[i] = a.String()
-	}
-	return strings.Join(out, ",")
 }
 
 // addons applies NEW's addon manifests last.

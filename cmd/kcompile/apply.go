@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"fmt"
@@ -150,7 +151,11 @@ func (c *applyCmd) Run(e *env) error {
 	// A change of the bundle is taken only once every flow of the
 	// running cluster is proven to work between the two, as kcompile
 	// secrets rotate proved it when it wrote the stage.
-	if oldB != b {
+	runningSecrets, err := oldB.Marshal()
+	if err != nil {
+		return err
+	}
+	if !bytes.Equal(runningSecrets, secrets) {
 		if err := pki.ProveTransition(old, oldB, b, e.now, rand.Reader); err != nil {
 			return statusError{code: exitProblems, msg: "nothing applied: the secrets bundle " + c.Secrets + " is not the next stage of the running cluster's: " + err.Error()}
 		}

@@ -48,7 +48,7 @@ func (c *secretsRotateCmd) Run(e *env) error {
 	if (len(c.CA) > 0) == c.Next {
 		return statusError{code: exitUsage, msg: "give --ca NAME,... to start a rotation, or --next to take one to its next stage"}
 	}
-	opts := pki.RotateOptions{ClockSkew: 5 * time.Minute}
+	var opts pki.RotateOptions
 	for _, name := range c.CA {
 		switch {
 		case name == "all":

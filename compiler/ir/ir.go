@@ -627,3 +627,16 @@ type BootImage struct {
 	Initrd []string
 	Args   []string
 }
+
+// Strings renders addresses or prefixes as their String methods do, in
+// order.
+func Strings[T fmt.Stringer](xs []T) []string {
+	out := make([]string, len(xs))
+	for i, x := range xs {
+		out[i] = x.String()
+	}
+	return out
+}
+
+// Join renders addresses or prefixes as a list, separated by sep.
+func Join[T fmt.Stringer](xs []T, sep string) string { return strings.Join(Strings(xs), sep) }

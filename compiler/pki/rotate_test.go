@@ -19,7 +19,13 @@ import (
 // the end.
 func rotationStages(t testing.TB) []*Bundle {
 	t.Helper()
-	b0 := newTestBundle(t)
+	return rotateAll(t, newTestBundle(t))
+}
+
+// rotateAll rotates every CA and the service-account key of b0: a day
+// after the test epoch, stage 2 a day later, the end a day after that.
+func rotateAll(t testing.TB, b0 *Bundle) []*Bundle {
+	t.Helper()
 	b1, err := b0.Rotate(bytes.NewReader(bytes.Repeat([]byte{7}, 32)), testEpoch.Add(24*time.Hour),
 		RotateOptions{Authorities: Authorities(), ServiceAccount: true})
 	if err != nil {

@@ -994,12 +994,7 @@ func (a *applier) drain(ctx context.Context, node string, timeout time.Duration)
 				continue
 			}
 			left++
-			ev := policyv1.Eviction{TypeMeta: metav1.TypeMeta{APIVersion: "policy/v1", Kind: "Eviction"},
-				ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace}}
-			body, _ := json.Marshal(ev)
-			_, err := a.kube.do(ctx, http.MethodPost, path.Join("/api/v1/namespaces", p.Namespace, "pods", p.Name, "eviction"), "application/json", body)
-			var ae *apiError
-			if err != nil && !(errors.As(err, &ae) && (ae.code == http.StatusTooManyRequests || ae.code == http.StatusNotFound)) {
+			if err := a.evict(ctx, p); err != nil {
 				if ctx.Err() != nil {
 					return timedOut()
 				}
@@ -1018,12 +1013,37 @@ func (a *applier) drain(ctx context.Context, node string, timeout time.Duration)
 	}
 }
 
-// staysOnDrain: a DaemonSet's pod, a static pod, or one that ended.
-func staysOnDrain(p corev1.Pod) bool {
+// evict asks the Eviction API to evict p; a refusal a
+// PodDisruptionBudget makes (429) and a pod already gone are not errors:
+// the caller asks again while the pod is there.
+func (a *applier) evict(ctx context.Context, p corev1.Pod) error {
+	ev := policyv1.Eviction{TypeMeta: metav1.TypeMeta{APIVersion: "policy/v1", Kind: "Eviction"},
+		ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace}}
+	body, err := json.Marshal(ev)
+	if err != nil {
+		return err
+	}
+	_, err = a.kube.do(ctx, http.MethodPost, path.Join("/api/v1/namespaces", p.Namespace, "pods", p.Name, "eviction"), "application/json", body)
+	var ae *apiError
+	if err != nil && errors.As(err, &ae) && (ae.code == http.StatusTooManyRequests || ae.code == http.StatusNotFound) {
+		return nil
+	}
+	return err
+}
+
+// endedOrMirror: a pod that ended, or a static pod's mirror, which no
+// eviction or restart concerns.
+func endedOrMirror(p corev1.Pod) bool {
 	if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 		return true
 	}
-	if _, mirror := p.Annotations[corev1.MirrorPodAnnotationKey]; mirror {
+	_, mirror := p.Annotations[corev1.MirrorPodAnnotationKey]
+	return mirror
+}
+
+// staysOnDrain: a DaemonSet's pod, a static pod, or one that ended.
+func staysOnDrain(p corev1.Pod) bool {
+	if endedOrMirror(p) {
 		return true
 	}
 	for _, o := range p.OwnerReferences {

@@ -11,7 +11,6 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
-	"path"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -22,7 +21,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
-	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -57,9 +55,9 @@ func (a *applier) openServices(ctx context.Context, c *ir.Cluster) error {
 	o, n := a.cfg.Old.Network, c.Network
 	dnsMoves := !slices.Equal(o.DNSServiceIPs, n.DNSServiceIPs)
 	if a.cfg.DryRun {
-		a.log("  would create the ServiceCIDR %s of %s", change.ServiceRangeName, prefixList(n.ServiceCIDRs))
+		a.log("  would create the ServiceCIDR %s of %s", change.ServiceRangeName, ir.Join(n.ServiceCIDRs, ", "))
 		if dnsMoves {
-			a.log("  would create the Service kube-system/%s at %s, beside kube-dns", change.DNSBridgeName, addrList(n.DNSServiceIPs))
+			a.log("  would create the Service kube-system/%s at %s, beside kube-dns", change.DNSBridgeName, ir.Join(n.DNSServiceIPs, ", "))
 		}
 		return nil
 	}
@@ -87,7 +85,7 @@ func (a *applier) openServices(ctx context.Context, c *ir.Cluster) error {
 	if err := a.createService(ctx, bridge); err != nil {
 		return err
 	}
-	a.log("  Service kube-system/%s at %s, beside kube-dns at %s", change.DNSBridgeName, addrList(n.DNSServiceIPs), dns.Spec.ClusterIP)
+	a.log("  Service kube-system/%s at %s, beside kube-dns at %s", change.DNSBridgeName, ir.Join(n.DNSServiceIPs, ", "), dns.Spec.ClusterIP)
 	return a.await(ctx, "CoreDNS's pods ready behind "+change.DNSBridgeName, func() (bool, string) {
 		ready, err := a.readyEndpoints(ctx, "kube-system", change.DNSBridgeName)
 		if err != nil {
@@ -132,16 +130,16 @@ func (a *applier) moveServices(ctx context.Context, c *ir.Cluster, tree *targets
 	}
 	if a.cfg.DryRun {
 		if apiMoves {
-			a.log("  would delete the kubernetes Service (the API servers make it again at %s) and bridge %s to the API servers meanwhile", addrList(n.FirstServiceIPs), addrList(o.FirstServiceIPs))
+			a.log("  would delete the kubernetes Service (the API servers make it again at %s) and bridge %s to the API servers meanwhile", ir.Join(n.FirstServiceIPs, ", "), ir.Join(o.FirstServiceIPs, ", "))
 		}
-		a.log("  would delete the ServiceCIDR kubernetes (%s) and recreate %d Services in %s", prefixList(o.ServiceCIDRs), len(outside), prefixList(n.ServiceCIDRs))
+		a.log("  would delete the ServiceCIDR kubernetes (%s) and recreate %d Services in %s", ir.Join(o.ServiceCIDRs, ", "), len(outside), ir.Join(n.ServiceCIDRs, ", "))
 		if apiMoves || dnsMoves {
 			a.log("  would restart every pod started before the move")
 		}
 		if dnsMoves {
-			a.log("  would move kube-dns to %s", addrList(n.DNSServiceIPs))
+			a.log("  would move kube-dns to %s", ir.Join(n.DNSServiceIPs, ", "))
 		}
-		a.log("  would delete the ServiceCIDR %s once the API servers have made kubernetes of %s", change.ServiceRangeName, prefixList(n.ServiceCIDRs))
+		a.log("  would delete the ServiceCIDR %s once the API servers have made kubernetes of %s", change.ServiceRangeName, ir.Join(n.ServiceCIDRs, ", "))
 		return nil
 	}
 	restart := apiMoves || dnsMoves || len(outside) > 0
@@ -162,7 +160,7 @@ func (a *applier) moveServices(ctx context.Context, c *ir.Cluster, tree *targets
 	var def networkingv1.ServiceCIDR
 	err := a.kube.get(ctx, "/apis/networking.k8s.io/v1/servicecidrs/"+defaultServiceCIDR, &def)
 	switch {
-	case err == nil && def.DeletionTimestamp == nil && !slices.Equal(def.Spec.CIDRs, prefixStrings(n.ServiceCIDRs)):
+	case err == nil && def.DeletionTimestamp == nil && !slices.Equal(def.Spec.CIDRs, ir.Strings(n.ServiceCIDRs)):
 		if _, err := a.kube.do(ctx, http.MethodDelete, "/apis/networking.k8s.io/v1/servicecidrs/"+defaultServiceCIDR, "", nil); err != nil && !notFound(err) {
 			return fmt.Errorf("deleting the ServiceCIDR kubernetes: %w", err)
 		}
@@ -188,7 +186,7 @@ func (a *applier) moveServices(ctx context.Context, c *ir.Cluster, tree *targets
 			return err
 		}
 	}
-	want := prefixStrings(n.ServiceCIDRs)
+	want := ir.Strings(n.ServiceCIDRs)
 	if err := a.await(ctx, "the ServiceCIDR kubernetes of "+strings.Join(want, ","), func() (bool, string) {
 		return a.serviceCIDRReady(ctx, defaultServiceCIDR, n.ServiceCIDRs)
 	}); err != nil {
@@ -391,14 +389,9 @@ func (a *applier) refuseBarePods(ctx context.Context) error {
 	return nil
 }
 
-// restartable: a pod that runs, and is not a static pod's mirror.
-func restartable(p corev1.Pod) bool {
-	if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed || p.DeletionTimestamp != nil {
-		return false
-	}
-	_, mirror := p.Annotations[corev1.MirrorPodAnnotationKey]
-	return !mirror
-}
+// restartable: a pod that runs and is not going, and is not a static
+// pod's mirror.
+func restartable(p corev1.Pod) bool { return !endedOrMirror(p) && p.DeletionTimestamp == nil }
 
 // restartPods restarts every pod started before now, as the API server
 // tells time: those of Deployments, DaemonSets and StatefulSets that
@@ -447,10 +440,14 @@ func (a *applier) restartPods(ctx context.Context) error {
 			evict[p.Namespace+"/"+p.Name] = true
 		}
 	}
-	at := a.cfg.Now().UTC().Format(time.RFC3339)
+	// As kubectl rollout restart: a new template annotation.
+	patch, err := json.Marshal(map[string]any{"spec": map[string]any{"template": map[string]any{"metadata": map[string]any{
+		"annotations": map[string]string{"kubectl.kubernetes.io/restartedAt": a.cfg.Now().UTC().Format(time.RFC3339)}}}}})
+	if err != nil {
+		return err
+	}
 	for _, owner := range slices.Sorted(maps.Keys(rollouts)) {
-		patch := fmt.Sprintf(`{"spec":{"template":{"metadata":{"annotations":{"kubectl.kubernetes.io/restartedAt":%q}}}}}`, at)
-		if _, err := a.kube.do(ctx, http.MethodPatch, owner, "application/strategic-merge-patch+json", []byte(patch)); err != nil {
+		if _, err := a.kube.do(ctx, http.MethodPatch, owner, "application/strategic-merge-patch+json", patch); err != nil {
 			return fmt.Errorf("restarting %s: %w", owner, err)
 		}
 		a.log("  %s restarted", rolloutName(owner))
@@ -469,11 +466,9 @@ func (a *applier) restartPods(ctx context.Context) error {
 			if !evict[p.Namespace+"/"+p.Name] {
 				continue
 			}
-			ev := policyv1.Eviction{TypeMeta: metav1.TypeMeta{APIVersion: "policy/v1", Kind: "Eviction"},
-				ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace}}
-			body, _ := json.Marshal(ev)
-			// Refused while a budget forbids it (429): asked again.
-			_, _ = a.kube.do(ctx, http.MethodPost, path.Join("/api/v1/namespaces", p.Namespace, "pods", p.Name, "eviction"), "application/json", body)
+			// Refused while a budget forbids it: asked again at the next
+			// look, as any other failure is.
+			_ = a.evict(ctx, p)
 		}
 		if len(names) > 0 {
 			sort.Strings(names)
@@ -611,11 +606,11 @@ func (a *applier) createService(ctx context.Context, s corev1.Service) error {
 // address is still allocated (a Service just deleted holds it for a
 // moment) or that a deleted Service of the name still goes.
 func (a *applier) retryAllocated(ctx context.Context, f func() error) error {
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := a.cfg.Now().Add(30 * time.Second)
 	for {
 		err := f()
 		var ae *apiError
-		if err == nil || !errors.As(err, &ae) || time.Now().After(deadline) ||
+		if err == nil || !errors.As(err, &ae) || a.cfg.Now().After(deadline) ||
 			!(strings.Contains(ae.msg, "already allocated") || strings.Contains(ae.msg, "being deleted") || (ae.code == http.StatusConflict && strings.Contains(ae.msg, "deletion"))) {
 			return err
 		}
@@ -658,7 +653,7 @@ func (a *applier) ensureServiceCIDR(ctx context.Context, name string, cidrs []ne
 	sc := networkingv1.ServiceCIDR{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "networking.k8s.io/v1", Kind: "ServiceCIDR"},
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{managedByLabel: managedBy}},
-		Spec:       networkingv1.ServiceCIDRSpec{CIDRs: prefixStrings(cidrs)},
+		Spec:       networkingv1.ServiceCIDRSpec{CIDRs: ir.Strings(cidrs)},
 	}
 	body, err := json.Marshal(sc)
 	if err != nil {
@@ -689,7 +684,7 @@ func (a *applier) serviceCIDRReady(ctx context.Context, name string, cidrs []net
 	if err := a.kube.get(ctx, "/apis/networking.k8s.io/v1/servicecidrs/"+name, &sc); err != nil {
 		return false, err.Error()
 	}
-	if !slices.Equal(sc.Spec.CIDRs, prefixStrings(cidrs)) || sc.DeletionTimestamp != nil {
+	if !slices.Equal(sc.Spec.CIDRs, ir.Strings(cidrs)) || sc.DeletionTimestamp != nil {
 		state := ""
 		if sc.DeletionTimestamp != nil {
 			state = ", being deleted"
@@ -725,7 +720,7 @@ func (a *applier) readyEndpoints(ctx context.Context, ns, service string) (int, 
 // setClusterIPs places s at addrs, both families where two are given.
 func setClusterIPs(s *corev1.Service, addrs []netip.Addr) {
 	s.Spec.ClusterIP = addrs[0].String()
-	s.Spec.ClusterIPs = addrStrings(addrs)
+	s.Spec.ClusterIPs = ir.Strings(addrs)
 	if len(addrs) > 1 {
 		policy := corev1.IPFamilyPolicyRequireDualStack
 		s.Spec.IPFamilyPolicy = &policy
@@ -740,22 +735,6 @@ func clusterIPs(s corev1.Service) []string {
 		return s.Spec.ClusterIPs
 	}
 	return []string{s.Spec.ClusterIP}
-}
-
-func addrStrings(addrs []netip.Addr) []string {
-	out := make([]string, len(addrs))
-	for i, a := range addrs {
-		out[i] = a.String()
-	}
-	return out
-}
-
-func prefixStrings(ps []netip.Prefix) []string {
-	out := make([]string, len(ps))
-	for i, p := range ps {
-		out[i] = p.String()
-	}
-	return out
 }
 
 func notFound(err error) bool {

@@ -198,7 +198,7 @@ func (c *Cluster) newMachine(cl *ir.Cluster, n ir.Node) (*machine, error) {
 			return nil, fmt.Errorf("node %s: address %s lies in no node network", n.Name, a)
 		}
 		if !slices.ContainsFunc(c.p.gateways, func(g netip.Prefix) bool { return g.Contains(a) }) {
-			return nil, fmt.Errorf("node %s: address %s lies in no network up's bridge serves (%s): a node network added to a running cluster needs a new kcompile up", n.Name, a, prefixList(c.p.gateways))
+			return nil, fmt.Errorf("node %s: address %s lies in no network up's bridge serves (%s): a node network added to a running cluster needs a new kcompile up", n.Name, a, ir.Join(c.p.gateways, ", "))
 		}
 		for _, o := range running {
 			if slices.ContainsFunc(o.addrs, func(p netip.Prefix) bool { return p.Addr() == a }) {

@@ -280,7 +280,7 @@ func resolveEndpoint(ctx context.Context, c *ir.Cluster, resolve Resolver) (neti
 	defer cancel()
 	addrs, err := resolve(ctx, host)
 	if err != nil || len(addrs) == 0 {
-		return netip.Addr{}, fmt.Errorf("controlPlane.endpoint.host %q does not resolve on this host (%v), and up's machines resolve only what up tells them; map it to an address on a node network (%s) in the host's /etc/hosts, or give controlPlane.endpoint.address", host, err, prefixList(c.Network.NodeNetworks))
+		return netip.Addr{}, fmt.Errorf("controlPlane.endpoint.host %q does not resolve on this host (%v), and up's machines resolve only what up tells them; map it to an address on a node network (%s) in the host's /etc/hosts, or give controlPlane.endpoint.address", host, err, ir.Join(c.Network.NodeNetworks, ", "))
 	}
 	for _, a := range addrs {
 		a = a.Unmap()
@@ -288,23 +288,7 @@ func resolveEndpoint(ctx context.Context, c *ir.Cluster, resolve Resolver) (neti
 			return a, nil
 		}
 	}
-	return netip.Addr{}, fmt.Errorf("controlPlane.endpoint.host %q resolves on this host to %s, on no node network (%s): up's machines could not reach it; map the name to an address on a node network in the host's /etc/hosts, or give controlPlane.endpoint.address", host, addrList(addrs), prefixList(c.Network.NodeNetworks))
-}
-
-func prefixList(ps []netip.Prefix) string {
-	s := make([]string, len(ps))
-	for i, p := range ps {
-		s[i] = p.String()
-	}
-	return strings.Join(s, ", ")
-}
-
-func addrList(as []netip.Addr) string {
-	s := make([]string, len(as))
-	for i, a := range as {
-		s[i] = a.String()
-	}
-	return strings.Join(s, ", ")
+	return netip.Addr{}, fmt.Errorf("controlPlane.endpoint.host %q resolves on this host to %s, on no node network (%s): up's machines could not reach it; map the name to an address on a node network in the host's /etc/hosts, or give controlPlane.endpoint.address", host, ir.Join(addrs, ", "), ir.Join(c.Network.NodeNetworks, ", "))
 }
 
 // Up boots the cluster and returns when every node is Ready and the

@@ -4,7 +4,6 @@ import (
 	"github.com/kcompile/kcompile/internal/unitfile"
 	"github.com/kcompile/kcompile/layout"
 	"net"
-	"net/netip"
 	"sort"
 	"strconv"
 	"strings"
@@ -20,22 +19,6 @@ const apiServerWatchTermination = 10 * time.Second
 
 // flag renders --name=value.
 func flag(name, value string) string { return "--" + name + "=" + value }
-
-func joinPrefixes(ps []netip.Prefix) string {
-	s := make([]string, len(ps))
-	for i, p := range ps {
-		s[i] = p.String()
-	}
-	return strings.Join(s, ",")
-}
-
-func joinAddrs(as []netip.Addr) string {
-	s := make([]string, len(as))
-	for i, a := range as {
-		s[i] = a.String()
-	}
-	return strings.Join(s, ",")
-}
 
 // service builds the unit of a long-running component, started after
 // the units of after and pulling in those of wants.
@@ -143,7 +126,7 @@ func apiServerArgs(c *ir.Cluster, n ir.Node, l placement) []string {
 		flag("service-account-extend-token-expiration", "false"),
 		flag("service-account-key-file", l.at(layout.ServiceAccountPubKey)),
 		flag("service-account-signing-key-file", l.at(layout.ServiceAccountKey)),
-		flag("service-cluster-ip-range", joinPrefixes(c.Network.ServiceCIDRs)),
+		flag("service-cluster-ip-range", ir.Join(c.Network.ServiceCIDRs, ",")),
 		// A stopping API server ends its watches (at 200 a second at
 		// least), so that their clients move to another API server and
 		// the HTTP server's shutdown finds its connections idle. Unset,
@@ -200,7 +183,7 @@ func controllerManagerArgs(c *ir.Cluster, l placement) []string {
 		flag("authorization-kubeconfig", kubeconfig),
 		flag("bind-address", l.loopback.String()),
 		flag("client-ca-file", l.at(layout.ClusterCACert)),
-		flag("cluster-cidr", joinPrefixes(c.Network.PodCIDRs)),
+		flag("cluster-cidr", ir.Join(c.Network.PodCIDRs, ",")),
 		flag("cluster-name", c.Name),
 		flag("cluster-signing-cert-file", l.at(layout.ClusterSigningCACert)),
 		flag("cluster-signing-key-file", l.at(layout.ClusterCAKey)),
@@ -211,7 +194,7 @@ func controllerManagerArgs(c *ir.Cluster, l placement) []string {
 		flag("requestheader-client-ca-file", l.at(layout.FrontProxyCACert)),
 		flag("root-ca-file", l.at(layout.ClusterCACert)),
 		flag("service-account-private-key-file", l.at(layout.ServiceAccountKey)),
-		flag("service-cluster-ip-range", joinPrefixes(c.Network.ServiceCIDRs)),
+		flag("service-cluster-ip-range", ir.Join(c.Network.ServiceCIDRs, ",")),
 		// CIS 1.3.1 asks for the threshold to be chosen; this is
 		// Kubernetes' default, written down.
 		flag("terminated-pod-gc-threshold", "12500"),
@@ -290,7 +273,7 @@ func kubeletArgs(n ir.Node, l placement) []string {
 		flag("config", l.at(layout.KubeletConfig)),
 		flag("kubeconfig", l.at(layout.KubeletKubeconfig)),
 		flag("hostname-override", n.Name),
-		flag("node-ip", joinAddrs(n.Addresses)),
+		flag("node-ip", ir.Join(n.Addresses, ",")),
 	}
 	self, _ := selfLabels(n)
 	if len(self) > 0 {

@@ -162,11 +162,11 @@ func verify(tree *targets.Tree, c *ir.Cluster, rc *renderCache, unverified map[s
 			}
 		}
 	}
-	one("--service-cluster-ip-range", joinPrefixes(c.Network.ServiceCIDRs))
-	one("--cluster-cidr", joinPrefixes(c.Network.PodCIDRs))
+	one("--service-cluster-ip-range", ir.Join(c.Network.ServiceCIDRs, ","))
+	one("--cluster-cidr", ir.Join(c.Network.PodCIDRs, ","))
 	for _, v := range proxyCIDRs {
-		if v != joinPrefixes(c.Network.PodCIDRs) {
-			errs = append(errs, fmt.Errorf("a kube-proxy clusterCIDR is %s, but the cluster's pod CIDRs are %s", v, joinPrefixes(c.Network.PodCIDRs)))
+		if v != ir.Join(c.Network.PodCIDRs, ",") {
+			errs = append(errs, fmt.Errorf("a kube-proxy clusterCIDR is %s, but the cluster's pod CIDRs are %s", v, ir.Join(c.Network.PodCIDRs, ",")))
 			break
 		}
 	}
