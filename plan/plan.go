@@ -127,11 +127,8 @@ const (
 	// at the end.
 	ServiceRangeName = "kcompile-next"
 	// DNSBridgeName is the Service in kube-system at NEW's DNS address
-	// while kube-dns keeps OLD's; APIBridgeName the one at the kubernetes
-	// Service's old address once that Service has moved, until the pods
-	// that reach the API there restart.
+	// while kube-dns keeps OLD's.
 	DNSBridgeName = "kcompile-dns-next"
-	APIBridgeName = "kcompile-api-previous"
 )
 
 // Rule is one rule that orders a plan.

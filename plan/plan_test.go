@@ -334,7 +334,7 @@ func TestServiceCIDRMove(t *testing.T) {
 		t.Fatalf("no step ends the move: %v", stageNames(p))
 	}
 	text = strings.Join(all[end].Actions, "\n")
-	for _, want := range []string{"recreate every Service with an address outside 10.112.0.0/12", "recreate at 10.112.0.1", plan.APIBridgeName, "restart every pod", "kube-dns at 10.112.0.10"} {
+	for _, want := range []string{"hand over every Service with an address outside 10.112.0.0/12", "goes to 10.112.0.1", "delete the stand-ins", "restart every pod", "kube-dns at 10.112.0.10"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("the move's end does not say %q:\n%s", want, text)
 		}
@@ -407,7 +407,7 @@ func TestServiceCIDRShrinks(t *testing.T) {
 	}
 	for _, s := range all {
 		text := strings.Join(s.Actions, "\n")
-		if strings.Contains(text, "restart every pod") || strings.Contains(text, plan.DNSBridgeName) || strings.Contains(text, plan.APIBridgeName) {
+		if strings.Contains(text, "restart every pod") || strings.Contains(text, plan.DNSBridgeName) || strings.Contains(text, "the kubernetes Service goes to") {
 			t.Errorf("step %d (%s) moves what keeps its address:\n%s", s.N, s.Kind, text)
 		}
 	}

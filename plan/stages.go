@@ -10,6 +10,7 @@ import (
 	"github.com/kcompile/kcompile/compiler/ir"
 	"github.com/kcompile/kcompile/layout"
 	"github.com/kcompile/kcompile/review"
+	"github.com/kcompile/kcompile/targets/systemd"
 )
 
 // The units a rollout restarts by class: etcd's, the API server's, the
@@ -633,10 +634,10 @@ func (b *builder) servicesOpen() error {
 }
 
 // servicesMove ends a change of the service ranges once every node runs
-// NEW's: the Services outside them are recreated in them (the
-// kubernetes Service by the API servers, with a bridge at its old
-// address meanwhile; kube-dns at NEW's DNS address once no pod asks the
-// old one), every pod started before restarts through its controller,
+// NEW's: the Services outside them are handed over into them, their
+// names answered and their old addresses reaching them until no pod or
+// cached answer holds those (kube-dns goes to NEW's DNS address once no
+// pod asks the old one), every pod started before restarts through its controller,
 // and the old default ServiceCIDR gives way to NEW's. Then no pod
 // reaches the API at the kubernetes Service's old address, and the API
 // servers restart, one at a time, with certificates without it.
@@ -649,23 +650,22 @@ func (b *builder) servicesMove() error {
 	st := b.stage("the service CIDR change ends", "every node runs NEW's range: the Services move into it, and the pods holding old addresses restart")
 	s := Step{Kind: KindServiceMove, Rule: "service-range-first"}
 	moves := !slices.Equal(o.FirstServiceIPs, n.FirstServiceIPs) || !slices.Equal(o.DNSServiceIPs, n.DNSServiceIPs)
-	if !slices.Equal(o.FirstServiceIPs, n.FirstServiceIPs) {
-		s.Actions = append(s.Actions, fmt.Sprintf("delete the kubernetes Service in default, which the API servers recreate at %s; the Service kube-system/%s keeps %s reaching the API servers until the pods that use it restart", ir.Join(n.FirstServiceIPs, ","), APIBridgeName, ir.Join(o.FirstServiceIPs, ",")))
-	}
 	s.Actions = append(s.Actions,
-		"delete the ServiceCIDR kubernetes ("+ir.Join(o.ServiceCIDRs, ",")+"), which then allocates nothing more, and recreate every Service with an address outside "+ir.Join(n.ServiceCIDRs, ",")+" (its object kept in the work directory until it is back)")
+		"hand over every Service with an address outside "+ir.Join(n.ServiceCIDRs, ",")+" but kube-dns, its name answered throughout: a stand-in of it takes an address there, it becomes an ExternalName of the stand-in (its old address freed), another stand-in takes the old address and reaches its endpoints from there, and it takes an address of "+ir.Join(n.ServiceCIDRs, ",")+" again as it was (each kept in the work directory until its stand-ins go)",
+		"delete the ServiceCIDR kubernetes ("+ir.Join(o.ServiceCIDRs, ",")+"), which then allocates nothing more")
+	if !slices.Equal(o.FirstServiceIPs, n.FirstServiceIPs) {
+		s.Actions = append(s.Actions, fmt.Sprintf("the kubernetes Service goes to %s, NEW's first address; its stand-ins reach the API servers", ir.Join(n.FirstServiceIPs[:1], ",")))
+	}
 	restart := "Deployments, DaemonSets and StatefulSets rolled out again (kubectl rollout restart), other controllers' pods evicted; a pod without a controller refuses the step before it changes anything"
 	if moves {
 		s.Actions = append(s.Actions, "restart every pod started before: "+restart)
 	} else {
-		s.Actions = append(s.Actions, "where a Service was recreated (its old address is in the environment of pods of its namespace), the pods started before restart: "+restart)
+		s.Actions = append(s.Actions, "where a Service was handed over (its old address is in the environment of pods of its namespace), the pods started before restart: "+restart)
 	}
 	if !slices.Equal(o.DNSServiceIPs, n.DNSServiceIPs) {
 		s.Actions = append(s.Actions, fmt.Sprintf("once no pod asks %s: delete kube-dns there and %s, and apply NEW's kube-dns at %s", ir.Join(o.DNSServiceIPs, ","), DNSBridgeName, ir.Join(n.DNSServiceIPs, ",")))
 	}
-	if !slices.Equal(o.FirstServiceIPs, n.FirstServiceIPs) {
-		s.Actions = append(s.Actions, "delete "+APIBridgeName)
-	}
+	s.Actions = append(s.Actions, fmt.Sprintf("delete the stand-ins once the pods have restarted and no answer CoreDNS gave before the last hand-over is kept (%ds)", systemd.DNSAnswerSeconds))
 	s.Actions = append(s.Actions, "once the API servers have made the ServiceCIDR kubernetes again of "+ir.Join(n.ServiceCIDRs, ",")+", delete "+ServiceRangeName)
 	s.Gates = []string{"no Service outside " + ir.Join(n.ServiceCIDRs, ","), "the ServiceCIDR kubernetes is " + ir.Join(n.ServiceCIDRs, ",") + " and Ready"}
 	if moves {

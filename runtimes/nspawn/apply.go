@@ -601,7 +601,7 @@ func (a *applier) step(ctx context.Context, s change.Step, prevC, c *ir.Cluster,
 	}
 	// When each node's units were restarted: a lease renewed after it is
 	// the new kubelet's.
-	restarted := map[string]time.Time{}
+	restarted, began := map[string]time.Time{}, map[string]time.Time{}
 	for _, name := range s.Nodes {
 		want, changed, removed, err := a.changes(ctx, nodes[name], c, prev, tree)
 		if err != nil {
@@ -646,7 +646,25 @@ func (a *applier) step(ctx context.Context, s change.Step, prevC, c *ir.Cluster,
 			}
 			a.log("  %s: removed the kubelet's link to its current client certificate: it takes the kubeconfig's new one", name)
 		}
+		began[name] = a.cfg.Now()
 		for _, u := range s.Restarts {
+			if lease := leaderLease(u); lease != "" {
+				// A controller holds its leader lease until it runs out
+				// (15 s) unless it releases it, which neither does: once
+				// stopped, its lease is released for it, as client-go's
+				// ReleaseOnCancel would, and its successor, here or on
+				// another node, takes it at once.
+				if _, err := a.run(ctx, name, "systemctl", "stop", u); err != nil {
+					return err
+				}
+				if err := a.releaseLease(ctx, name, lease); err != nil {
+					return err
+				}
+				if _, err := a.run(ctx, name, "systemctl", "start", u); err != nil {
+					return err
+				}
+				continue
+			}
 			if u == systemd.InstallUnit {
 				// Restarting the install unit would restart every unit
 				// that Requires= it: its command checks the binaries
@@ -670,7 +688,7 @@ func (a *applier) step(ctx context.Context, s change.Step, prevC, c *ir.Cluster,
 		}
 	}
 	for _, name := range s.Nodes {
-		if err := a.gates(ctx, c, nodes[name], s.Restarts, restarted[name]); err != nil {
+		if err := a.gates(ctx, c, nodes[name], s.Restarts, began[name], restarted[name]); err != nil {
 			return err
 		}
 	}
@@ -785,10 +803,12 @@ func writeInto(root string, f targets.File) error {
 const kubeletClientCurrent = layout.KubeletDir + "pki/kubelet-client-current.pem"
 
 // gates waits on what must hold of node n after step s before the next
-// step: its kubelet's lease renewed since the restart and the node
-// Ready; its API server's /readyz; its etcd member healthy and the
-// members' quorum; its controllers active.
-func (a *applier) gates(ctx context.Context, c *ir.Cluster, n ir.Node, units []string, since time.Time) error {
+// step: its kubelet's lease renewed since the restart (since: once every
+// unit restarted) and the node Ready; its API server's /readyz; its etcd
+// member healthy and the members' quorum; its controllers active and
+// leading since they were stopped (began: before the first unit
+// restarted).
+func (a *applier) gates(ctx context.Context, c *ir.Cluster, n ir.Node, units []string, began, since time.Time) error {
 	restarted := func(u string) bool { return slices.Contains(units, u) }
 	if restarted("etcd.service") {
 		for _, m := range c.Etcd.Members {
@@ -824,8 +844,8 @@ func (a *applier) gates(ctx context.Context, c *ir.Cluster, n ir.Node, units []s
 		}); err != nil {
 			return err
 		}
-		if lease := strings.TrimSuffix(u, ".service"); lease == "kube-controller-manager" || lease == "kube-scheduler" {
-			if err := a.leads(ctx, n, lease, since); err != nil {
+		if lease := leaderLease(u); lease != "" {
+			if err := a.leads(ctx, n, lease, began); err != nil {
 				return err
 			}
 			controllers = append(controllers, u)
@@ -861,9 +881,52 @@ func (a *applier) gates(ctx context.Context, c *ir.Cluster, n ir.Node, units []s
 	return nil
 }
 
+// leaderLease is the leader lease in kube-system of a controller's unit,
+// "" for another unit.
+func leaderLease(unit string) string {
+	if l := strings.TrimSuffix(unit, ".service"); l == "kube-controller-manager" || l == "kube-scheduler" {
+		return l
+	}
+	return ""
+}
+
+// releaseLease gives up the leader lease for a process of node that has
+// stopped, where it holds it: no holder, and a duration of a second, as
+// client-go's leader election releases it.
+func (a *applier) releaseLease(ctx context.Context, node, lease string) error {
+	p := "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/" + lease
+	var l coordinationv1.Lease
+	if err := a.kube.get(ctx, p, &l); err != nil {
+		if notFound(err) {
+			return nil
+		}
+		return fmt.Errorf("the lease %s: %w", lease, err)
+	}
+	if l.Spec.HolderIdentity == nil || !strings.HasPrefix(*l.Spec.HolderIdentity, node+"_") {
+		return nil
+	}
+	now := metav1.NewMicroTime(a.cfg.Now())
+	none, second := "", int32(1)
+	l.Spec.HolderIdentity, l.Spec.LeaseDurationSeconds, l.Spec.AcquireTime, l.Spec.RenewTime = &none, &second, &now, &now
+	body, err := json.Marshal(l)
+	if err != nil {
+		return err
+	}
+	if _, err := a.kube.do(ctx, http.MethodPut, p, "application/json", body); err != nil {
+		var ae *apiError
+		if errors.As(err, &ae) && ae.code == http.StatusConflict {
+			// Taken meanwhile: by another node's process, which is what
+			// the release is for.
+			return nil
+		}
+		return fmt.Errorf("releasing the lease %s: %w", lease, err)
+	}
+	return nil
+}
+
 // leads waits until the leader lease of a controller restarted on n is
-// held by a process of n started since the restart, or renewed since
-// then by another node's.
+// held by a process of n that took it since the restart began, or
+// renewed since then by another node's.
 func (a *applier) leads(ctx context.Context, n ir.Node, lease string, since time.Time) error {
 	return a.await(ctx, lease+" leading from "+n.Name+" or another node", func() (bool, string) {
 		var l coordinationv1.Lease

@@ -159,7 +159,7 @@ func (a *applier) add(ctx context.Context, s change.Step, c *ir.Cluster, tree *t
 	}
 	for _, name := range s.Nodes {
 		n := nodes[name]
-		if err := a.gates(ctx, c, n, startedUnits(n), booted[name]); err != nil {
+		if err := a.gates(ctx, c, n, startedUnits(n), booted[name], booted[name]); err != nil {
 			return err
 		}
 	}

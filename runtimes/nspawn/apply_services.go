@@ -2,6 +2,8 @@ package nspawn
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,6 +17,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"syscall"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -23,13 +26,13 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/yaml"
 
 	"github.com/kcompile/kcompile/compiler/ir"
 	"github.com/kcompile/kcompile/internal/writer"
 	change "github.com/kcompile/kcompile/plan"
 	"github.com/kcompile/kcompile/targets"
+	"github.com/kcompile/kcompile/targets/systemd"
 )
 
 // The objects apply makes for a change of the service ranges carry
@@ -41,8 +44,9 @@ const (
 	// their --service-cluster-ip-range when there is none of that name.
 	defaultServiceCIDR = "kubernetes"
 	// movedServices is the directory of the work directory that holds
-	// each Service a move deletes until it is created again: an apply
-	// that stops between the two makes it again on --resume.
+	// each Service a move hands over, as it was, from before its first
+	// change until its stand-ins go: an apply that stops in between goes
+	// on from it on --resume.
 	movedServices = "service-move"
 )
 
@@ -98,51 +102,47 @@ func (a *applier) openServices(ctx context.Context, c *ir.Cluster) error {
 // moveServices performs a plan's service move step, once every node
 // runs NEW's ranges. Each part is asked again on --resume and does
 // nothing where it is done.
+//
+// A Service cannot change its address; deleted and made again, its name
+// would go unanswered in between, and CoreDNS would hand out its old
+// address, which then reaches nothing, for as long as it keeps answers.
+// So each Service outside NEW's ranges is handed over instead:
+//  1. a stand-in of it (its selector, or a copy of its endpoints) takes
+//     an address of NEW's ranges;
+//  2. it becomes an ExternalName of the stand-in, which frees its
+//     address and has CoreDNS answer its name with the stand-in's: one
+//     watch brings CoreDNS both changes, in order, so it never sees the
+//     name point at nothing;
+//  3. a second stand-in takes the freed address, reaching the same
+//     endpoints from there, for the pods given it and the answers that
+//     named it;
+//  4. it takes its place in NEW's ranges again as it was;
+//  5. once the pods started before have restarted and no answer
+//     CoreDNS gave before the last change can be kept any more, the
+//     stand-ins go.
 func (a *applier) moveServices(ctx context.Context, c *ir.Cluster, tree *targets.Tree) error {
 	o, n := a.cfg.Old.Network, c.Network
 	apiMoves := !slices.Equal(o.FirstServiceIPs, n.FirstServiceIPs)
 	dnsMoves := !slices.Equal(o.DNSServiceIPs, n.DNSServiceIPs)
-	inNew := func(s corev1.Service) bool {
-		for _, ip := range clusterIPs(s) {
-			a, err := netip.ParseAddr(ip)
-			if err != nil || !slices.ContainsFunc(n.ServiceCIDRs, func(p netip.Prefix) bool { return p.Contains(a) }) {
-				return false
-			}
-		}
-		return true
-	}
-	// Moved apart: the kubernetes Service (the API servers make it
-	// again), kube-dns (NEW's addon, once no pod asks the old address)
-	// and the bridges, which are outside NEW's ranges by design.
-	special := func(s corev1.Service) bool {
-		id := s.Namespace + "/" + s.Name
-		return id == "default/kubernetes" || id == "kube-system/kube-dns" || id == "kube-system/"+change.APIBridgeName || id == "kube-system/"+change.DNSBridgeName
-	}
-	var services corev1.ServiceList
-	if err := a.kube.get(ctx, "/api/v1/services", &services); err != nil {
-		return err
-	}
-	var outside []corev1.Service
-	for _, s := range services.Items {
-		if !special(s) && !inNew(s) {
-			outside = append(outside, s)
-		}
-	}
+	inNew := func(s corev1.Service) bool { return inRanges(s, n.ServiceCIDRs) }
 	if a.cfg.DryRun {
+		a.log("  would hand over to NEW's ranges (%s) every Service outside them, through a stand-in there that answers its name and one at its old address that reaches its endpoints until the pods restart", ir.Join(n.ServiceCIDRs, ", "))
 		if apiMoves {
-			a.log("  would delete the kubernetes Service (the API servers make it again at %s) and bridge %s to the API servers meanwhile", ir.Join(n.FirstServiceIPs, ", "), ir.Join(o.FirstServiceIPs, ", "))
+			a.log("  would put the kubernetes Service at %s", ir.Join(n.FirstServiceIPs[:1], ", "))
 		}
-		a.log("  would delete the ServiceCIDR kubernetes (%s) and recreate %d Services in %s", ir.Join(o.ServiceCIDRs, ", "), len(outside), ir.Join(n.ServiceCIDRs, ", "))
-		if apiMoves || dnsMoves {
-			a.log("  would restart every pod started before the move")
-		}
+		a.log("  would delete the ServiceCIDR kubernetes (%s), which then allocates nothing more", ir.Join(o.ServiceCIDRs, ", "))
+		a.log("  would restart every pod started before the move")
 		if dnsMoves {
 			a.log("  would move kube-dns to %s", ir.Join(n.DNSServiceIPs, ", "))
 		}
-		a.log("  would delete the ServiceCIDR %s once the API servers have made kubernetes of %s", change.ServiceRangeName, ir.Join(n.ServiceCIDRs, ", "))
+		a.log("  would delete the stand-ins once no pod or cached answer holds an old address, and the ServiceCIDR %s once the API servers have made kubernetes of %s", change.ServiceRangeName, ir.Join(n.ServiceCIDRs, ", "))
 		return nil
 	}
-	restart := apiMoves || dnsMoves || len(outside) > 0
+	movers, err := a.movers(ctx, n, apiMoves)
+	if err != nil {
+		return err
+	}
+	restart := apiMoves || dnsMoves || len(movers) > 0
 	if restart {
 		// Refused before anything changes: such a pod would keep the
 		// old addresses, and an eviction would end it for good.
@@ -150,26 +150,22 @@ func (a *applier) moveServices(ctx context.Context, c *ir.Cluster, tree *targets
 			return err
 		}
 	}
-	if apiMoves {
-		if err := a.moveAPIService(ctx, c, o.FirstServiceIPs, n.FirstServiceIPs); err != nil {
+	changed := time.Time{}
+	if len(movers) > 0 {
+		if err := a.handOver(ctx, c, movers); err != nil {
 			return err
 		}
+		// What is not known (a --resume) counts as just now.
+		changed = a.cfg.Now()
 	}
-	// The old default range allocates nothing more once it is being
-	// deleted; it goes when nothing holds an address in it.
-	var def networkingv1.ServiceCIDR
-	err := a.kube.get(ctx, "/apis/networking.k8s.io/v1/servicecidrs/"+defaultServiceCIDR, &def)
-	switch {
-	case err == nil && def.DeletionTimestamp == nil && !slices.Equal(def.Spec.CIDRs, ir.Strings(n.ServiceCIDRs)):
-		if _, err := a.kube.do(ctx, http.MethodDelete, "/apis/networking.k8s.io/v1/servicecidrs/"+defaultServiceCIDR, "", nil); err != nil && !notFound(err) {
-			return fmt.Errorf("deleting the ServiceCIDR kubernetes: %w", err)
+	if err := a.endDefaultRange(ctx, n); err != nil {
+		return err
+	}
+	for _, m := range movers {
+		if err := a.settle(ctx, m, n); err != nil {
+			return err
 		}
-		a.log("  ServiceCIDR kubernetes (%s) deleted: it allocates nothing more", strings.Join(def.Spec.CIDRs, ","))
-	case err != nil && !notFound(err):
-		return err
-	}
-	if err := a.recreateServices(ctx, outside); err != nil {
-		return err
+		changed = a.cfg.Now()
 	}
 	if restart {
 		if err := a.restartPods(ctx); err != nil {
@@ -181,10 +177,21 @@ func (a *applier) moveServices(ctx context.Context, c *ir.Cluster, tree *targets
 			return err
 		}
 	}
-	for _, bridge := range []string{change.APIBridgeName, change.DNSBridgeName} {
-		if err := a.deleteService(ctx, "kube-system", bridge, ""); err != nil {
+	if len(movers) > 0 {
+		expire := changed.Add(systemd.DNSAnswerSeconds * time.Second)
+		if err := a.await(ctx, "no answer CoreDNS gave before the last move is kept any more", func() (bool, string) {
+			return !a.cfg.Now().Before(expire), "until " + expire.UTC().Format(time.TimeOnly)
+		}); err != nil {
 			return err
 		}
+	}
+	for _, m := range movers {
+		if err := a.dropStandIns(ctx, m); err != nil {
+			return err
+		}
+	}
+	if err := a.deleteService(ctx, "kube-system", change.DNSBridgeName, ""); err != nil {
+		return err
 	}
 	want := ir.Strings(n.ServiceCIDRs)
 	if err := a.await(ctx, "the ServiceCIDR kubernetes of "+strings.Join(want, ","), func() (bool, string) {
@@ -220,154 +227,364 @@ func (a *applier) moveServices(ctx context.Context, c *ir.Cluster, tree *targets
 	})
 }
 
-// moveAPIService has the kubernetes Service made again at NEW's first
-// address. Its old address keeps reaching the API servers through a
-// bridge Service, with their addresses as endpoints, until the pods
-// that were given it restart.
-func (a *applier) moveAPIService(ctx context.Context, c *ir.Cluster, old, new []netip.Addr) error {
-	var svc corev1.Service
-	err := a.kube.get(ctx, "/api/v1/namespaces/default/services/kubernetes", &svc)
-	if err != nil && !notFound(err) {
-		return err
-	}
-	if err == nil && svc.Spec.ClusterIP == old[0].String() {
-		if err := a.deleteService(ctx, "default", "kubernetes", string(svc.UID)); err != nil {
-			return err
-		}
-		a.log("  kubernetes Service at %s deleted", svc.Spec.ClusterIP)
-	}
-	var bridge corev1.Service
-	switch err := a.kube.get(ctx, "/api/v1/namespaces/kube-system/services/"+change.APIBridgeName, &bridge); {
-	case notFound(err):
-		b := corev1.Service{
-			TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Service"},
-			ObjectMeta: metav1.ObjectMeta{Name: change.APIBridgeName, Namespace: "kube-system", Labels: map[string]string{managedByLabel: managedBy}},
-			Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "https", Port: 443, Protocol: corev1.ProtocolTCP,
-				TargetPort: intstr.FromInt32(int32(c.Kubernetes.APIServerPort))}}},
-		}
-		setClusterIPs(&b, old[:1])
-		if err := a.createService(ctx, b); err != nil {
-			return err
-		}
-		if err := a.kube.get(ctx, "/api/v1/namespaces/kube-system/services/"+change.APIBridgeName, &bridge); err != nil {
-			return err
-		}
-	case err != nil:
-		return err
-	}
-	if err := a.bridgeEndpoints(ctx, c, bridge, old[0]); err != nil {
-		return err
-	}
-	a.log("  Service kube-system/%s at %s reaches the API servers meanwhile", change.APIBridgeName, old[0])
-	return a.await(ctx, "the kubernetes Service at "+new[0].String(), func() (bool, string) {
-		var svc corev1.Service
-		if err := a.kube.get(ctx, "/api/v1/namespaces/default/services/kubernetes", &svc); err != nil {
-			return false, err.Error()
-		}
-		return svc.Spec.ClusterIP == new[0].String(), "at " + svc.Spec.ClusterIP
-	})
+// mover is a Service a move hands over to NEW's ranges.
+type mover struct {
+	// was is the Service as it was before the move: kept in the work
+	// directory from before its first change until its stand-ins go, so
+	// that an apply that stops in between goes on from it on --resume.
+	was corev1.Service
+	// at is where it goes (the kubernetes Service, at NEW's first
+	// address); nil where NEW's ranges allocate.
+	at []netip.Addr
 }
 
-// bridgeEndpoints gives the API bridge the API servers of c as its
-// endpoints, as the API servers do for the kubernetes Service.
-func (a *applier) bridgeEndpoints(ctx context.Context, c *ir.Cluster, bridge corev1.Service, family netip.Addr) error {
-	port := int32(c.Kubernetes.APIServerPort)
-	name, proto := "https", corev1.ProtocolTCP
-	ready := true
-	slice := discoveryv1.EndpointSlice{
-		TypeMeta: metav1.TypeMeta{APIVersion: "discovery.k8s.io/v1", Kind: "EndpointSlice"},
-		ObjectMeta: metav1.ObjectMeta{Name: change.APIBridgeName, Namespace: "kube-system",
-			Labels: map[string]string{discoveryv1.LabelServiceName: change.APIBridgeName, discoveryv1.LabelManagedBy: managedBy, managedByLabel: managedBy},
-			// The bridge's endpoints go with it.
-			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Service", Name: bridge.Name, UID: bridge.UID}}},
-		AddressType: discoveryv1.AddressTypeIPv4,
-		Ports:       []discoveryv1.EndpointPort{{Name: &name, Port: &port, Protocol: &proto}},
-	}
-	if family.Is6() {
-		slice.AddressType = discoveryv1.AddressTypeIPv6
-	}
-	for _, nd := range c.Nodes {
-		if !nd.Runs(ir.ComponentAPIServer) {
-			continue
-		}
-		for _, ad := range nd.Addresses {
-			if ad.Is6() == family.Is6() {
-				slice.Endpoints = append(slice.Endpoints, discoveryv1.Endpoint{Addresses: []string{ad.String()}, Conditions: discoveryv1.EndpointConditions{Ready: &ready}})
-				break
-			}
-		}
-	}
-	body, err := json.Marshal(slice)
-	if err != nil {
-		return err
-	}
-	_, err = a.kube.do(ctx, http.MethodPost, "/apis/discovery.k8s.io/v1/namespaces/kube-system/endpointslices", "application/json", body)
-	if err != nil && !alreadyExists(err) {
-		return fmt.Errorf("the endpoints of %s: %w", change.APIBridgeName, err)
-	}
-	return nil
+func (m mover) id() string   { return m.was.Namespace + "/" + m.was.Name }
+func (m mover) file() string { return m.was.Namespace + "." + m.was.Name + ".json" }
+
+// standIn names the Service apply makes for s while it moves: "next" in
+// NEW's ranges, "previous" at s's old address. Named for s, so that a
+// --resume finds them.
+func standIn(s corev1.Service, which string) string {
+	sum := sha256.Sum256([]byte(s.Namespace + "/" + s.Name))
+	return "kcompile-" + which + "-" + hex.EncodeToString(sum[:5])
 }
 
-// recreateServices deletes each Service and creates it again without
-// its addresses, which NEW's ranges then give. Each is written to the
-// work directory before it is deleted, and removed from there once it
-// is back: an apply that stops between the two makes the ones it finds
-// there again on --resume.
-func (a *applier) recreateServices(ctx context.Context, outside []corev1.Service) error {
+// movers are the Services to hand over: those kept in the work directory
+// (a move begun), then the kubernetes Service where its address moves,
+// then every other Service outside NEW's ranges but kube-dns, which
+// moves with NEW's addon, and apply's own.
+func (a *applier) movers(ctx context.Context, n ir.Network, apiMoves bool) ([]mover, error) {
 	dir := filepath.Join(a.cfg.Running.Work, movedServices)
 	entries, err := os.ReadDir(dir)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return err
+		return nil, err
+	}
+	var out []mover
+	add := func(s corev1.Service) {
+		if slices.ContainsFunc(out, func(m mover) bool { return m.was.Namespace == s.Namespace && m.was.Name == s.Name }) {
+			return
+		}
+		m := mover{was: s}
+		if s.Namespace == "default" && s.Name == "kubernetes" {
+			m.at = n.FirstServiceIPs[:1]
+		}
+		out = append(out, m)
 	}
 	for _, e := range entries {
 		data, err := os.ReadFile(filepath.Join(dir, e.Name()))
 		if err != nil {
-			return err
+			return nil, err
 		}
 		var s corev1.Service
 		if err := json.Unmarshal(data, &s); err != nil {
-			return fmt.Errorf("%s: %v", filepath.Join(dir, e.Name()), err)
+			return nil, fmt.Errorf("%s: %v", filepath.Join(dir, e.Name()), err)
 		}
-		if !slices.ContainsFunc(outside, func(o corev1.Service) bool { return o.Namespace == s.Namespace && o.Name == s.Name }) {
-			outside = append(outside, s)
+		add(s)
+	}
+	var services corev1.ServiceList
+	if err := a.kube.get(ctx, "/api/v1/services", &services); err != nil {
+		return nil, err
+	}
+	// The kubernetes Service first, the others in the API's order.
+	sort.SliceStable(services.Items, func(i, j int) bool {
+		si, sj := services.Items[i], services.Items[j]
+		ki, kj := si.Namespace == "default" && si.Name == "kubernetes", sj.Namespace == "default" && sj.Name == "kubernetes"
+		if ki != kj {
+			return ki
+		}
+		return si.Namespace+"/"+si.Name < sj.Namespace+"/"+sj.Name
+	})
+	for _, s := range services.Items {
+		id := s.Namespace + "/" + s.Name
+		switch {
+		case id == "default/kubernetes":
+			if apiMoves && !inRanges(s, n.ServiceCIDRs) {
+				add(s)
+			}
+		case id == "kube-system/kube-dns", s.Labels[managedByLabel] == managedBy && strings.HasPrefix(s.Name, "kcompile-"):
+		case !inRanges(s, n.ServiceCIDRs):
+			add(s)
 		}
 	}
-	if len(outside) > 0 {
-		if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
-			return err
-		}
+	return out, nil
+}
+
+// handOver takes each mover through steps 1 to 4 but the last (see
+// moveServices), one step for all at a time: the stand-ins in NEW's
+// ranges and their endpoints, before any name points at them.
+func (a *applier) handOver(ctx context.Context, c *ir.Cluster, movers []mover) error {
+	dir := filepath.Join(a.cfg.Running.Work, movedServices)
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return err
 	}
-	for _, s := range outside {
-		file := filepath.Join(dir, s.Namespace+"."+s.Name+".json")
-		data, err := json.Marshal(s)
+	live := map[string]corev1.Service{}
+	var waits []string
+	for _, m := range movers {
+		s, err := a.service(ctx, m.was.Namespace, m.was.Name)
+		if notFound(err) {
+			// Deleted meanwhile, by its owner: not made again.
+			continue
+		}
 		if err != nil {
 			return err
 		}
-		if err := writer.PrivateFile(file, data); err != nil {
+		live[m.id()] = s
+		if moved(s, m, c.Network) {
+			continue
+		}
+		if s.Spec.Type == corev1.ServiceTypeExternalName && s.Spec.ExternalName != a.target(m, c) {
+			return fmt.Errorf("the Service %s became an ExternalName of %s while it moved: make it as %s keeps it, then --resume", m.id(), s.Spec.ExternalName, filepath.Join(dir, m.file()))
+		}
+		next, err := a.ensureStandIn(ctx, m.was, standIn(m.was, "next"), nil)
+		if err != nil {
 			return err
 		}
-		if err := a.deleteService(ctx, s.Namespace, s.Name, string(s.UID)); err != nil {
+		if n, err := a.readyEndpoints(ctx, m.was.Namespace, m.was.Name); err != nil {
 			return err
+		} else if n > 0 {
+			waits = append(waits, next.Namespace+"/"+next.Name)
 		}
-		fresh := corev1.Service{
-			TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Service"},
-			ObjectMeta: metav1.ObjectMeta{Name: s.Name, Namespace: s.Namespace, Labels: s.Labels, Annotations: s.Annotations,
-				OwnerReferences: s.OwnerReferences, Finalizers: s.Finalizers},
-			Spec: s.Spec,
-		}
-		fresh.Spec.ClusterIP, fresh.Spec.ClusterIPs = "", nil
-		if err := a.createService(ctx, fresh); err != nil {
-			return err
-		}
-		if err := os.Remove(file); err != nil {
-			return err
-		}
-		a.log("  Service %s/%s recreated (it was at %s)", s.Namespace, s.Name, strings.Join(clusterIPs(s), ","))
 	}
-	if err := os.Remove(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if err := a.await(ctx, "the stand-ins in NEW's ranges reach their Services' endpoints", func() (bool, string) {
+		var empty []string
+		for _, id := range waits {
+			ns, name, _ := strings.Cut(id, "/")
+			if n, err := a.readyEndpoints(ctx, ns, name); err != nil || n == 0 {
+				empty = append(empty, id)
+			}
+		}
+		return len(empty) == 0, strings.Join(empty, ", ") + " without ready endpoints"
+	}); err != nil {
+		return err
+	}
+	for _, m := range movers {
+		s, ok := live[m.id()]
+		if !ok || moved(s, m, c.Network) {
+			continue
+		}
+		if s.Spec.Type != corev1.ServiceTypeExternalName {
+			data, err := json.Marshal(m.was)
+			if err != nil {
+				return err
+			}
+			if err := writer.PrivateFile(filepath.Join(dir, m.file()), data); err != nil {
+				return err
+			}
+			target := a.target(m, c)
+			if err := a.updateService(ctx, m.was.Namespace, m.was.Name, func(s *corev1.Service) {
+				s.Spec = corev1.ServiceSpec{Type: corev1.ServiceTypeExternalName, ExternalName: target,
+					Selector: s.Spec.Selector, Ports: withoutNodePorts(s.Spec.Ports), PublishNotReadyAddresses: s.Spec.PublishNotReadyAddresses}
+			}); err != nil {
+				return err
+			}
+			a.log("  Service %s at %s answers as %s while it moves", m.id(), strings.Join(clusterIPs(m.was), ","), target)
+		}
+		prev := standIn(m.was, "previous")
+		if _, err := a.ensureStandIn(ctx, m.was, prev, clusterIPs(m.was)); err != nil {
+			return err
+		}
+		a.log("  Service %s/%s at %s reaches %s's endpoints meanwhile", m.was.Namespace, prev, strings.Join(clusterIPs(m.was), ","), m.id())
+	}
+	return nil
+}
+
+// target is the name a mover answers as while it moves: its stand-in's.
+func (a *applier) target(m mover, c *ir.Cluster) string {
+	return standIn(m.was, "next") + "." + m.was.Namespace + ".svc." + c.Network.Domain
+}
+
+// moved: s is where m goes, no longer an ExternalName.
+func moved(s corev1.Service, m mover, n ir.Network) bool {
+	if s.Spec.Type == corev1.ServiceTypeExternalName || len(clusterIPs(s)) == 0 {
+		return false
+	}
+	if m.at != nil {
+		return slices.Equal(clusterIPs(s)[:len(m.at)], ir.Strings(m.at))
+	}
+	return inRanges(s, n.ServiceCIDRs)
+}
+
+// settle gives a mover its place in NEW's ranges again, as it was.
+func (a *applier) settle(ctx context.Context, m mover, n ir.Network) error {
+	s, err := a.service(ctx, m.was.Namespace, m.was.Name)
+	if notFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if moved(s, m, n) {
+		return nil
+	}
+	err = a.retryAllocated(ctx, func() error {
+		return a.updateService(ctx, m.was.Namespace, m.was.Name, func(s *corev1.Service) {
+			s.Spec = *m.was.Spec.DeepCopy()
+			s.Spec.ClusterIP, s.Spec.ClusterIPs = "", nil
+			if m.at != nil {
+				setClusterIPs(s, m.at)
+			}
+		})
+	})
+	if err != nil {
+		return err
+	}
+	s, err = a.service(ctx, m.was.Namespace, m.was.Name)
+	if err != nil {
+		return err
+	}
+	if !moved(s, m, n) {
+		return fmt.Errorf("the Service %s was given %s, outside %s", m.id(), strings.Join(clusterIPs(s), ","), ir.Join(n.ServiceCIDRs, ","))
+	}
+	a.log("  Service %s moved from %s to %s", m.id(), strings.Join(clusterIPs(m.was), ","), strings.Join(clusterIPs(s), ","))
+	return nil
+}
+
+// dropStandIns deletes a mover's stand-ins and forgets it.
+func (a *applier) dropStandIns(ctx context.Context, m mover) error {
+	for _, which := range []string{"next", "previous"} {
+		if err := a.deleteService(ctx, m.was.Namespace, standIn(m.was, which), ""); err != nil {
+			return err
+		}
+	}
+	err := os.Remove(filepath.Join(a.cfg.Running.Work, movedServices, m.file()))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	err = os.Remove(filepath.Join(a.cfg.Running.Work, movedServices))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ENOTEMPTY) && !errors.Is(err, syscall.EEXIST) {
 		return err
 	}
 	return nil
+}
+
+// endDefaultRange deletes the API servers' default ServiceCIDR of OLD's
+// ranges: it allocates nothing more once being deleted, and goes when
+// nothing holds an address in it. The API servers make it again of
+// their flags, NEW's ranges, then.
+func (a *applier) endDefaultRange(ctx context.Context, n ir.Network) error {
+	var def networkingv1.ServiceCIDR
+	err := a.kube.get(ctx, "/apis/networking.k8s.io/v1/servicecidrs/"+defaultServiceCIDR, &def)
+	switch {
+	case err == nil && def.DeletionTimestamp == nil && !slices.Equal(def.Spec.CIDRs, ir.Strings(n.ServiceCIDRs)):
+		if _, err := a.kube.do(ctx, http.MethodDelete, "/apis/networking.k8s.io/v1/servicecidrs/"+defaultServiceCIDR, "", nil); err != nil && !notFound(err) {
+			return fmt.Errorf("deleting the ServiceCIDR kubernetes: %w", err)
+		}
+		a.log("  ServiceCIDR kubernetes (%s) deleted: it allocates nothing more", strings.Join(def.Spec.CIDRs, ","))
+	case err != nil && !notFound(err):
+		return err
+	}
+	return nil
+}
+
+// ensureStandIn makes the Service name in s's namespace that reaches
+// s's endpoints: through s's selector, or a copy of its endpoint slices
+// where it has none (the kubernetes Service's are the API servers'). At
+// addrs, or where the ranges allocate.
+func (a *applier) ensureStandIn(ctx context.Context, s corev1.Service, name string, addrs []string) (corev1.Service, error) {
+	st := corev1.Service{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Service"},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: s.Namespace, Labels: map[string]string{managedByLabel: managedBy}},
+		Spec: corev1.ServiceSpec{Selector: s.Spec.Selector, Ports: withoutNodePorts(s.Spec.Ports),
+			PublishNotReadyAddresses: s.Spec.PublishNotReadyAddresses,
+			IPFamilyPolicy:           s.Spec.IPFamilyPolicy, IPFamilies: s.Spec.IPFamilies,
+			ClusterIPs: addrs},
+	}
+	if len(addrs) > 0 {
+		st.Spec.ClusterIP = addrs[0]
+	}
+	if err := a.createService(ctx, st); err != nil {
+		return corev1.Service{}, err
+	}
+	have, err := a.service(ctx, s.Namespace, name)
+	if err != nil {
+		return corev1.Service{}, err
+	}
+	if have.Labels[managedByLabel] != managedBy {
+		return corev1.Service{}, fmt.Errorf("a Service %s/%s is there that kcompile did not make: rename it, then --resume", s.Namespace, name)
+	}
+	if s.Spec.Selector != nil {
+		return have, nil
+	}
+	var slices discoveryv1.EndpointSliceList
+	sel := url.QueryEscape(discoveryv1.LabelServiceName + "=" + s.Name)
+	if err := a.kube.get(ctx, "/apis/discovery.k8s.io/v1/namespaces/"+url.PathEscape(s.Namespace)+"/endpointslices?labelSelector="+sel, &slices); err != nil {
+		return corev1.Service{}, err
+	}
+	sort.Slice(slices.Items, func(i, j int) bool { return slices.Items[i].Name < slices.Items[j].Name })
+	for i, sl := range slices.Items {
+		cp := discoveryv1.EndpointSlice{
+			TypeMeta: metav1.TypeMeta{APIVersion: "discovery.k8s.io/v1", Kind: "EndpointSlice"},
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", name, i), Namespace: s.Namespace,
+				Labels: map[string]string{discoveryv1.LabelServiceName: name, discoveryv1.LabelManagedBy: managedBy, managedByLabel: managedBy},
+				// The copies go with their Service.
+				OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Service", Name: name, UID: have.UID}}},
+			AddressType: sl.AddressType, Endpoints: sl.Endpoints, Ports: sl.Ports,
+		}
+		body, err := json.Marshal(cp)
+		if err != nil {
+			return corev1.Service{}, err
+		}
+		_, err = a.kube.do(ctx, http.MethodPost, "/apis/discovery.k8s.io/v1/namespaces/"+url.PathEscape(s.Namespace)+"/endpointslices", "application/json", body)
+		if err != nil && !alreadyExists(err) {
+			return corev1.Service{}, fmt.Errorf("the endpoints of %s/%s: %w", s.Namespace, name, err)
+		}
+	}
+	return have, nil
+}
+
+// service reads a Service.
+func (a *applier) service(ctx context.Context, ns, name string) (corev1.Service, error) {
+	var s corev1.Service
+	err := a.kube.get(ctx, "/api/v1/namespaces/"+url.PathEscape(ns)+"/services/"+url.PathEscape(name), &s)
+	return s, err
+}
+
+// updateService changes a Service by f and writes it back, read again
+// and changed again where another writer came between.
+func (a *applier) updateService(ctx context.Context, ns, name string, f func(*corev1.Service)) error {
+	p := "/api/v1/namespaces/" + url.PathEscape(ns) + "/services/" + url.PathEscape(name)
+	for try := 0; ; try++ {
+		s, err := a.service(ctx, ns, name)
+		if err != nil {
+			return err
+		}
+		f(&s)
+		body, err := json.Marshal(s)
+		if err != nil {
+			return err
+		}
+		_, err = a.kube.do(ctx, http.MethodPut, p, "application/json", body)
+		var ae *apiError
+		if err != nil && errors.As(err, &ae) && ae.code == http.StatusConflict && !strings.Contains(ae.msg, "already allocated") && try < 5 {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("changing the Service %s/%s: %w", ns, name, err)
+		}
+		return nil
+	}
+}
+
+// withoutNodePorts: ports as a Service of type ClusterIP or
+// ExternalName may have them.
+func withoutNodePorts(ports []corev1.ServicePort) []corev1.ServicePort {
+	out := slices.Clone(ports)
+	for i := range out {
+		out[i].NodePort = 0
+	}
+	return out
+}
+
+// inRanges: every address of s (none for a headless or ExternalName
+// Service) is in one of ranges.
+func inRanges(s corev1.Service, ranges []netip.Prefix) bool {
+	for _, ip := range clusterIPs(s) {
+		a, err := netip.ParseAddr(ip)
+		if err != nil || !slices.ContainsFunc(ranges, func(p netip.Prefix) bool { return p.Contains(a) }) {
+			return false
+		}
+	}
+	return true
 }
 
 // refuseBarePods names the running pods no controller would start

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"runtime"
@@ -59,20 +60,25 @@ func serviceMove(t *testing.T, e *applyEnv, k *kube, newDir string, extra map[st
 
 	domain := e.c.cfg.Cluster.Network.Domain
 	oldDNS, newDNS, oldAPI, newAPI := "10.96.0.10", "10.112.0.10", "10.96.0.1", "10.112.0.1"
-	pr := startNetProbe(t, e.c.machine("w1").leader(), "kubernetes.default.svc."+domain+".", []string{oldDNS, newDNS}, []string{oldAPI, newAPI})
+	// Each name is asked of each DNS address and the address answered
+	// is connected to: an answer must name an address that works.
+	names := []probeName{{"kubernetes.default.svc." + domain + ".", "443", true}, {"web.default.svc." + domain + ".", "80", false}}
+	pr := startNetProbe(t, e.c.machine("w1").leader(), names, []string{oldDNS, newDNS}, []string{oldAPI, newAPI})
 	var mu sync.Mutex
 	at := map[string]time.Time{}
 	marks := map[string]string{
 		"dns open":       "gate: CoreDNS's pods ready behind " + change.DNSBridgeName,
-		"api moved":      "gate: the kubernetes Service at " + newAPI,
+		"api moved":      "Service default/kubernetes moved from " + oldAPI + " to " + newAPI,
 		"pods restarted": "gate: no pod started before the restarts",
 	}
 	// The API server's own restarts: from its step's start until it is
 	// ready again, a connection to it is refused whatever the path.
 	var restarts [][2]time.Time
+	var timeline []string
 	log := &stopAt{each: func(line string) {
 		mu.Lock()
 		defer mu.Unlock()
+		timeline = append(timeline, time.Now().Format("15:04:05.000")+" "+line)
 		switch {
 		case strings.Contains(line, ": api server cp1"):
 			restarts = append(restarts, [2]time.Time{time.Now(), time.Now().Add(time.Hour)})
@@ -106,15 +112,22 @@ func serviceMove(t *testing.T, e *applyEnv, k *kube, newDir string, extra map[st
 		oldAPI: {began, at["pods restarted"]},
 		newAPI: {at["api moved"], time.Now()},
 	}
-	for _, target := range []string{oldDNS, newDNS, oldAPI, newAPI} {
-		w := windows[target]
+	var targets []string
+	for _, server := range []string{oldDNS, newDNS} {
+		for _, n := range names {
+			targets = append(targets, server+" "+n.name)
+		}
+	}
+	targets = append(targets, oldAPI, newAPI)
+	for _, target := range targets {
+		w := windows[strings.Fields(target)[0]]
 		asked, retried, failed := 0, 0, 0
 		var longest time.Duration
 		for _, r := range results {
 			if r.target != target || r.at.Before(w[0]) || r.at.After(w[1]) {
 				continue
 			}
-			if (target == oldAPI || target == newAPI) && slices.ContainsFunc(restarts, func(rs [2]time.Time) bool {
+			if r.api && slices.ContainsFunc(restarts, func(rs [2]time.Time) bool {
 				return !r.at.Add(r.took).Before(rs[0]) && !r.at.After(rs[1])
 			}) {
 				continue
@@ -133,6 +146,9 @@ func serviceMove(t *testing.T, e *applyEnv, k *kube, newDir string, extra map[st
 		if asked < 5 {
 			t.Errorf("%s was asked %d times in its window: the prober did not run", target, asked)
 		}
+	}
+	if t.Failed() {
+		t.Logf("the apply's lines as they came:\n%s", strings.Join(timeline, "\n"))
 	}
 
 	// Every Service in the new range; the workload's pods resolve
@@ -199,14 +215,24 @@ func withFile(m map[string]string, k, v string) map[string]string {
 	return out
 }
 
-// probeResult is one question of the prober: a DNS lookup or a TCP
-// connection.
+// probeResult is one question of the prober: a DNS lookup and a TCP
+// connection to the address answered, or a TCP connection.
 type probeResult struct {
 	target string
-	at     time.Time
-	took   time.Duration
-	tries  int
-	err    string
+	// api: the connection is to the API servers, refused while they
+	// restart.
+	api   bool
+	at    time.Time
+	took  time.Duration
+	tries int
+	err   string
+}
+
+// probeName is a name the prober asks for and the port it connects to
+// at the address answered.
+type probeName struct {
+	name, port string
+	api        bool
 }
 
 type prober struct {
@@ -217,9 +243,10 @@ type prober struct {
 }
 
 // startNetProbe asks, from the network namespace of the process pid, each
-// DNS server in dns for name (an A record) and connects to each address
-// of api on port 443, every 250 ms, until stopped.
-func startNetProbe(t *testing.T, pid int, name string, dns, api []string) *prober {
+// DNS server in dns for each name (an A record) and connects to the
+// address answered, and connects to each address of api on port 443,
+// every 250 ms, until stopped.
+func startNetProbe(t *testing.T, pid int, names []probeName, dns, api []string) *prober {
 	t.Helper()
 	if pid == 0 {
 		t.Fatal("the prober's machine is not running")
@@ -244,16 +271,21 @@ func startNetProbe(t *testing.T, pid int, name string, dns, api []string) *probe
 		}
 		for {
 			for _, s := range dns {
-				p.record(s, func() error { return lookup(s, name) })
+				for _, n := range names {
+					p.record(s+" "+n.name, n.api, func() error {
+						addr, err := lookup(s, n.name)
+						if err != nil {
+							return err
+						}
+						if err := dial(addr, n.port); err != nil {
+							return fmt.Errorf("answered %s: %w", addr, err)
+						}
+						return nil
+					})
+				}
 			}
 			for _, a := range api {
-				p.record(a, func() error {
-					c, err := net.DialTimeout("tcp", net.JoinHostPort(a, "443"), time.Second)
-					if err == nil {
-						c.Close()
-					}
-					return err
-				})
+				p.record(a, true, func() error { return dial(a, "443") })
 			}
 			select {
 			case <-p.quit:
@@ -268,9 +300,18 @@ func startNetProbe(t *testing.T, pid int, name string, dns, api []string) *probe
 	return p
 }
 
+// dial connects to addr:port and hangs up.
+func dial(addr, port string) error {
+	c, err := net.DialTimeout("tcp", net.JoinHostPort(addr, port), time.Second)
+	if err == nil {
+		c.Close()
+	}
+	return err
+}
+
 // record asks f up to three times, a second apart, as a resolver does.
-func (p *prober) record(target string, f func() error) {
-	r := probeResult{target: target, at: time.Now()}
+func (p *prober) record(target string, api bool, f func() error) {
+	r := probeResult{target: target, api: api, at: time.Now()}
 	var err error
 	for r.tries = 1; ; r.tries++ {
 		began := time.Now()
@@ -297,37 +338,40 @@ func (p *prober) stop() []probeResult {
 }
 
 // lookup asks server for name's A records over UDP, with a second's
-// wait; no answer, an error code or an empty answer is an error.
-func lookup(server, name string) error {
+// wait, and returns the first; no answer, an error code or none is an
+// error.
+func lookup(server, name string) (string, error) {
 	q, err := (&dnsmessage.Message{
 		Header:    dnsmessage.Header{ID: uint16(time.Now().UnixNano()), RecursionDesired: true},
 		Questions: []dnsmessage.Question{{Name: dnsmessage.MustNewName(name), Type: dnsmessage.TypeA, Class: dnsmessage.ClassINET}},
 	}).Pack()
 	if err != nil {
-		return err
+		return "", err
 	}
 	c, err := net.DialTimeout("udp", net.JoinHostPort(server, "53"), time.Second)
 	if err != nil {
-		return err
+		return "", err
 	}
 	defer c.Close()
 	if err := c.SetDeadline(time.Now().Add(time.Second)); err != nil {
-		return err
+		return "", err
 	}
 	if _, err := c.Write(q); err != nil {
-		return err
+		return "", err
 	}
 	buf := make([]byte, 1500)
 	n, err := c.Read(buf)
 	if err != nil {
-		return err
+		return "", err
 	}
 	var m dnsmessage.Message
 	if err := m.Unpack(buf[:n]); err != nil {
-		return err
+		return "", err
 	}
-	if m.RCode != dnsmessage.RCodeSuccess || len(m.Answers) == 0 {
-		return fmt.Errorf("%s answered %s with %d records", server, m.RCode, len(m.Answers))
+	for _, a := range m.Answers {
+		if r, ok := a.Body.(*dnsmessage.AResource); ok && m.RCode == dnsmessage.RCodeSuccess {
+			return netip.AddrFrom4(r.A).String(), nil
+		}
 	}
-	return nil
+	return "", fmt.Errorf("%s answered %s with %d records and no address", server, m.RCode, len(m.Answers))
 }

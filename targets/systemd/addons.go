@@ -104,6 +104,12 @@ func kubeSystem(name string, labels map[string]string) metav1.ObjectMeta {
 	return metav1.ObjectMeta{Name: name, Namespace: "kube-system", Labels: labels}
 }
 
+// DNSAnswerSeconds is the longest CoreDNS gives and keeps an answer
+// about the cluster (its kubernetes plugin's ttl, its cache's bound): an
+// address it has named may be handed out that long after it stopped
+// naming it.
+const DNSAnswerSeconds = 30
+
 // coreDNS is the cluster DNS addon: CoreDNS serving
 // <service>.<namespace>.svc.<domain> on the compiled DNS service IP.
 func coreDNS(c *ir.Cluster) []runtime.Object {
@@ -115,21 +121,21 @@ func coreDNS(c *ir.Cluster) []runtime.Object {
         lameduck 5s
     }
     ready
-    kubernetes %s in-addr.arpa ip6.arpa {
+    kubernetes %[1]s in-addr.arpa ip6.arpa {
         pods insecure
         fallthrough in-addr.arpa ip6.arpa
-        ttl 30
+        ttl %[2]d
     }
     prometheus :9153
     forward . /etc/resolv.conf {
         max_concurrent 1000
     }
-    cache 30
+    cache %[2]d
     loop
     reload
     loadbalance
 }
-`, corefileToken(domain))
+`, corefileToken(domain), DNSAnswerSeconds)
 	replicas := int32(c.Addons.CoreDNS.Replicas)
 	f, t := false, true
 	uid := int64(65532)
