@@ -10,7 +10,6 @@ import (
 	"github.com/kcompile/kcompile/compiler/ir"
 	"github.com/kcompile/kcompile/layout"
 	"github.com/kcompile/kcompile/review"
-	"github.com/kcompile/kcompile/targets/systemd"
 )
 
 // The units a rollout restarts by class: etcd's, the API server's, the
@@ -583,7 +582,7 @@ func (b *builder) explicit(late bool) error {
 	for _, s := range b.in.Report.Steps {
 		// The plan's own: etcd's membership (additions, removals), the
 		// service ranges (servicesOpen, servicesMove).
-		lateKind := s.Kind == review.StepNodeLabels || s.Kind == review.StepTokens
+		lateKind := s.Kind == review.StepNodeLabels || s.Kind == review.StepTokens || s.Kind == review.StepRootCA
 		if s.Kind == review.StepEtcdMembership || s.Kind == review.StepServiceCIDR || lateKind != late {
 			continue
 		}
@@ -593,10 +592,14 @@ func (b *builder) explicit(late bool) error {
 			step.Kind, step.Nodes = KindLabels, s.Nodes
 			step.Gates = []string{"each node's labels and taints are those of the spec"}
 		}
-		if s.Kind == review.StepTokens {
-			// Every API server signs with the new key by now.
+		if s.Kind == review.StepTokens || s.Kind == review.StepRootCA {
+			// Every API server signs with the new key, and every
+			// controller-manager publishes the new bundle, by now.
 			step.Kind = KindPods
 			step.Gates = []string{"no pod started before the step; every workload rolled out"}
+			if s.Kind == review.StepRootCA {
+				step.Gates = append([]string{"every namespace's kube-root-ca.crt is NEW's cluster CA bundle, before any pod restarts"}, step.Gates...)
+			}
 		}
 		if err := b.step(st, step); err != nil {
 			return err
@@ -665,7 +668,7 @@ func (b *builder) servicesMove() error {
 	if !slices.Equal(o.DNSServiceIPs, n.DNSServiceIPs) {
 		s.Actions = append(s.Actions, fmt.Sprintf("once no pod asks %s: delete kube-dns there and %s, and apply NEW's kube-dns at %s", ir.Join(o.DNSServiceIPs, ","), DNSBridgeName, ir.Join(n.DNSServiceIPs, ",")))
 	}
-	s.Actions = append(s.Actions, fmt.Sprintf("delete the stand-ins once the pods have restarted and no answer CoreDNS gave before the last hand-over is kept (%ds)", systemd.DNSAnswerSeconds))
+	s.Actions = append(s.Actions, "delete the stand-ins once the pods have restarted and no answer CoreDNS gave before the last hand-over is kept (its answers' lifetime)")
 	s.Actions = append(s.Actions, "once the API servers have made the ServiceCIDR kubernetes again of "+ir.Join(n.ServiceCIDRs, ",")+", delete "+ServiceRangeName)
 	s.Gates = []string{"no Service outside " + ir.Join(n.ServiceCIDRs, ","), "the ServiceCIDR kubernetes is " + ir.Join(n.ServiceCIDRs, ",") + " and Ready"}
 	if moves {

@@ -63,6 +63,11 @@ const (
 	// rotation; the pods' tokens must be of the new key before the
 	// rotation ends.
 	StepTokens StepKind = "tokens"
+	// StepRootCA: the cluster CA's trust bundle gains a CA within a
+	// rotation; every pod must hold it (its service-account volume's
+	// ca.crt, which a client loads when it starts) before any API server
+	// serves a certificate of that CA.
+	StepRootCA StepKind = "root-ca"
 )
 
 // effects are the steps a change needs, in order: trust first (a new
@@ -130,6 +135,15 @@ func caSteps(fa, fb *Facts) (out, tokens []Step) {
 		// key trusted on both sides, and is proven to keep every flow
 		// working: the restarts take it.
 		if slices.ContainsFunc(strings.Split(old, "+"), func(h string) bool { return slices.Contains(strings.Split(new, "+"), h) }) {
+			added := slices.ContainsFunc(strings.Split(new, "+"), func(h string) bool { return !slices.Contains(strings.Split(old, "+"), h) })
+			if name == "kubernetes" && added {
+				tokens = append(tokens, Step{
+					Kind:    StepRootCA,
+					Setting: "pods' cluster CA bundle",
+					Why:     "a pod's service-account volume carries the cluster's CA bundle (kube-root-ca.crt), which a client such as client-go loads once, when it starts: a pod started before trusts the old CA alone, and loses the API once an API server serves a certificate of the new one",
+					Actions: []string{"once every controller-manager publishes the new bundle in every namespace's kube-root-ca.crt, restart every pod started before (kubectl rollout restart of each workload)"},
+				})
+			}
 			// But the pods hold tokens of the key that signed when they
 			// started, which verify only until the rotation ends.
 			if name == "service-account" && strings.Split(old, "+")[0] != strings.Split(new, "+")[0] {

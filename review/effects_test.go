@@ -153,16 +153,17 @@ func TestEffectsOrder(t *testing.T) {
 
 // A stage of a rotation keeps a CA or key trusted on both sides (the
 // stages of kcompile secrets rotate, proven to keep every flow): it needs
-// no trust step beyond its restarts; the stage whose token signer
-// changes has the pods restart, last. A CA replaced with none in common
-// needs the trust step.
+// no trust step beyond its restarts; the stage that adds a cluster CA
+// has the pods restart to load it, and the stage whose token signer
+// changes has them restart for new tokens, last. A CA replaced with none
+// in common needs the trust step.
 func TestEffectsOfARotationStage(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		old, new string
 		want     []StepKind
 	}{
-		{"stage 1", "sha256:aaaa", "sha256:aaaa+sha256:dddd", nil},
+		{"stage 1", "sha256:aaaa", "sha256:aaaa+sha256:dddd", []StepKind{StepRootCA}},
 		{"stage 2", "sha256:aaaa+sha256:dddd", "sha256:dddd+sha256:aaaa", []StepKind{StepTokens}},
 		{"the end", "sha256:dddd+sha256:aaaa", "sha256:dddd", nil},
 		{"stage 1 skipped", "sha256:aaaa", "sha256:dddd", []StepKind{StepTrust, StepTrust}},

@@ -46,6 +46,7 @@ type applyCmd struct {
 	SSHKey      string        `name:"ssh-key" placeholder:"FILE" help:"With --ssh-user: the private key (unencrypted); default: the keys of ssh-agent (SSH_AUTH_SOCK)."`
 	KnownHosts  string        `name:"known-hosts" placeholder:"FILE" help:"With --ssh-user: the nodes' host keys, as OpenSSH's known_hosts (default ~/.ssh/known_hosts); a node whose key is not there is refused."`
 	SSHPort     int           `name:"ssh-port" default:"22" help:"With --ssh-user: the nodes' SSH port."`
+	ToEnd       bool          `name:"to-end" help:"A rotation under way (kcompile secrets rotate): once the stage in --secrets is rolled out, write each next stage there, proven first as secrets rotate --next proves it, and roll it out, until the rotation has ended."`
 }
 
 // Run plans the change from the running cluster's recorded spec to the
@@ -56,6 +57,38 @@ func (c *applyCmd) Run(e *env) error {
 	if err != nil {
 		return err
 	}
+	if c.ToEnd && c.DryRun {
+		return usageError("--to-end rolls out one stage after another, each planned from the one before it: a dry run says what the first does; leave --to-end out")
+	}
+	for {
+		if err := c.applyStage(e, via); err != nil {
+			return err
+		}
+		if !c.ToEnd {
+			return nil
+		}
+		b, diags, err := loadBundle(c.Secrets)
+		if err != nil {
+			return err
+		}
+		if diags.HasErrors() {
+			return printDiagnostics(e, diags, "cannot use the secrets bundle "+c.Secrets)
+		}
+		if b.Stage() == 0 {
+			return nil
+		}
+		if _, err := writeStage(e, c.Dir, c.Secrets, b, func(*ir.Cluster) (*pki.Bundle, error) { return b.Advance(e.now) }); err != nil {
+			return err
+		}
+		// The next stage is a change of its own, from the cluster the
+		// last one left, which apply recorded.
+		c.From, c.Resume = "", false
+	}
+}
+
+// applyStage plans and performs the change from the running cluster to
+// the spec with the bundle of --secrets.
+func (c *applyCmd) applyStage(e *env, via map[int]string) error {
 	if c.From != "" && (c.Work == "" || c.SSHUser == "") {
 		return usageError("--from needs --work DIR (where apply keeps what it did) and --ssh-user USER (how it reaches the nodes)")
 	}

@@ -35,6 +35,7 @@ func (applyCmd) Help() string {
   sudo kcompile apply next/ --work /var/lib/kcompile/up/demo --dry-run
   sudo kcompile apply next/ --work /var/lib/kcompile/up/demo
   sudo kcompile apply next/ --work /var/lib/kcompile/up/demo --resume
+  kcompile secrets rotate next/ --ca all && sudo kcompile apply next/ --work /var/lib/kcompile/up/demo --to-end
 
 Plans the change from the spec kcompile up recorded when it booted the
 cluster (WORK/spec) to the new one, as kcompile plan does, every state
@@ -49,6 +50,12 @@ of --binaries first and checks them as the install unit does. Steps that
 add or remove machines, or need more than a restart, are refused before
 anything changes. It stops
 at the first failure, naming the step; --resume goes on from there.
+
+A bundle that differs from the one the cluster runs (a stage of kcompile
+secrets rotate) is taken only once every flow of the cluster is proven to
+work between the two. With --to-end, once a stage is rolled out, the next
+is written to --secrets (proven first, as secrets rotate --next does) and
+rolled out, until the rotation has ended: one apply performs all of it.
 ` + exitCodes("0", "applied (or nothing to apply, or a dry run)", "1", "the plan is refused, a step failed or the apply was interrupted (the message says how to go on)", "2", "usage error")
 }
 

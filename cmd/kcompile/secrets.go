@@ -75,32 +75,49 @@ func (c *secretsRotateCmd) Run(e *env) error {
 	if diags.HasErrors() {
 		return printDiagnostics(e, diags, "not rotated: cannot use the secrets bundle "+c.Secrets)
 	}
-	cl, diags := compiler.Compile(compiler.Source{Dir: c.Dir, Bound: e.bound})
-	if cl == nil || diags.HasErrors() {
-		return printDiagnostics(e, diags, "the spec has errors; `kcompile check` explains them")
-	}
-	opts.ClockSkew = cl.PKI.ClockSkew
-	var next *pki.Bundle
-	if c.Next {
-		next, err = b.Advance(e.now)
-	} else {
-		next, err = b.Rotate(rand.Reader, e.now, opts)
-	}
+	next, err := writeStage(e, c.Dir, c.Secrets, b, func(cl *ir.Cluster) (*pki.Bundle, error) {
+		if c.Next {
+			return b.Advance(e.now)
+		}
+		opts.ClockSkew = cl.PKI.ClockSkew
+		return b.Rotate(rand.Reader, e.now, opts)
+	})
 	if err != nil {
-		return statusError{code: exitProblems, msg: "not rotated: " + err.Error()}
+		return err
+	}
+	if next.Stage() > 0 {
+		fmt.Fprintf(e.stdout, "roll it out (kcompile apply -s %s, or build and lay every node's files), then `kcompile secrets rotate --next`\n", c.Secrets)
+	} else {
+		fmt.Fprintf(e.stdout, "roll it out (kcompile apply -s %s, or build and lay every node's files)\n", c.Secrets)
+	}
+	return nil
+}
+
+// writeStage writes to path the stage of a rotation that step makes of
+// b, the bundle there, once the stage passes the spec's checks in dir
+// and every flow of its cluster is proven to work between b and it: the
+// bundle is left as it was otherwise. It says what it wrote.
+func writeStage(e *env, dir, path string, b *pki.Bundle, step func(*ir.Cluster) (*pki.Bundle, error)) (*pki.Bundle, error) {
+	cl, diags := compiler.Compile(compiler.Source{Dir: dir, Bound: e.bound})
+	if cl == nil || diags.HasErrors() {
+		return nil, printDiagnostics(e, diags, "the spec has errors; `kcompile check` explains them")
+	}
+	next, err := step(cl)
+	if err != nil {
+		return nil, statusError{code: exitProblems, msg: "not rotated: " + err.Error()}
 	}
 	if d := pki.Check(cl, next, e.now); d.HasErrors() {
-		return printDiagnostics(e, d, "not rotated: the bundle was left as it was")
+		return nil, printDiagnostics(e, d, "not rotated: the bundle was left as it was")
 	}
 	if err := pki.ProveTransition(cl, b, next, e.now, rand.Reader); err != nil {
-		return statusError{code: exitProblems, msg: "not rotated, the bundle was left as it was: " + err.Error()}
+		return nil, statusError{code: exitProblems, msg: "not rotated, the bundle was left as it was: " + err.Error()}
 	}
 	data, err := next.Marshal()
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if err := writePrivateFile(c.Secrets, data, true); err != nil {
-		return err
+	if err := writePrivateFile(path, data, true); err != nil {
+		return nil, err
 	}
 	names := next.Rotating()
 	if len(names) == 0 {
@@ -109,19 +126,14 @@ func (c *secretsRotateCmd) Run(e *env) error {
 	rotating := strings.Join(names, ", ")
 	switch next.Stage() {
 	case 1:
-		fmt.Fprintf(e.stdout, "wrote %s: stage 1 of the rotation of %s: every trust store trusts the old and the new, leaves still from the old\n", c.Secrets, rotating)
+		fmt.Fprintf(e.stdout, "wrote %s: stage 1 of the rotation of %s: every trust store trusts the old and the new, leaves still from the old\n", path, rotating)
 	case 2:
-		fmt.Fprintf(e.stdout, "wrote %s: stage 2 of the rotation of %s: every leaf re-keyed at %s and issued by the new, the old still trusted\n", c.Secrets, rotating, next.Epoch.Format(time.RFC3339))
+		fmt.Fprintf(e.stdout, "wrote %s: stage 2 of the rotation of %s: every leaf re-keyed at %s and issued by the new, the old still trusted\n", path, rotating, next.Epoch.Format(time.RFC3339))
 	default:
-		fmt.Fprintf(e.stdout, "wrote %s: the rotation of %s has ended: the old are trusted nowhere\n", c.Secrets, rotating)
+		fmt.Fprintf(e.stdout, "wrote %s: the rotation of %s has ended: the old are trusted nowhere\n", path, rotating)
 	}
 	fmt.Fprintln(e.stdout, "proven: every flow of the cluster works between this stage and the one before, both ways round")
-	if next.Stage() > 0 {
-		fmt.Fprintf(e.stdout, "roll it out (kcompile apply -s %s, or build and lay every node's files), then `kcompile secrets rotate --next`\n", c.Secrets)
-	} else {
-		fmt.Fprintf(e.stdout, "roll it out (kcompile apply -s %s, or build and lay every node's files)\n", c.Secrets)
-	}
-	return nil
+	return next, nil
 }
 
 type secretsInitCmd struct {

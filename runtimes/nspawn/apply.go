@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -18,6 +19,7 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -543,6 +545,9 @@ func (a *applier) step(ctx context.Context, s change.Step, prevC, c *ir.Cluster,
 		if err := a.refuseBarePods(ctx); err != nil {
 			return err
 		}
+		if err := a.rootCAPublished(ctx, c, tree); err != nil {
+			return err
+		}
 		return a.restartPods(ctx)
 	case strings.HasPrefix(s.Kind, "add "):
 		return a.add(ctx, s, c, tree)
@@ -879,6 +884,62 @@ func (a *applier) gates(ctx context.Context, c *ir.Cluster, n ir.Node, units []s
 		}
 	}
 	return nil
+}
+
+// rootCAPublished waits until every namespace's kube-root-ca.crt holds
+// the cluster CA bundle of c's control plane (the controller-managers'
+// --root-ca-file): a pod started after takes it into its
+// service-account volume.
+func (a *applier) rootCAPublished(ctx context.Context, c *ir.Cluster, tree *targets.Tree) error {
+	var want []byte
+	for _, n := range c.Nodes {
+		if f, ok := tree.Get(layout.NodeTree(n.Name, layout.ClusterCACert)); ok && n.Runs(ir.ComponentControllerManager) {
+			want = f.Data
+			break
+		}
+	}
+	if want == nil {
+		return errors.New("kcompile bug: the state's control plane has no cluster CA bundle")
+	}
+	wantCerts := pemBlocks(want)
+	return a.await(ctx, "every namespace's kube-root-ca.crt is the cluster CA bundle", func() (bool, string) {
+		var maps corev1.ConfigMapList
+		if err := a.kube.get(ctx, "/api/v1/configmaps?fieldSelector="+url.QueryEscape("metadata.name=kube-root-ca.crt"), &maps); err != nil {
+			return false, err.Error()
+		}
+		var namespaces corev1.NamespaceList
+		if err := a.kube.get(ctx, "/api/v1/namespaces", &namespaces); err != nil {
+			return false, err.Error()
+		}
+		have := map[string]bool{}
+		var stale []string
+		for _, m := range maps.Items {
+			have[m.Namespace] = true
+			if !slices.Equal(pemBlocks([]byte(m.Data["ca.crt"])), wantCerts) {
+				stale = append(stale, m.Namespace)
+			}
+		}
+		for _, ns := range namespaces.Items {
+			if !have[ns.Name] && ns.DeletionTimestamp == nil {
+				stale = append(stale, ns.Name+" (none)")
+			}
+		}
+		sort.Strings(stale)
+		return len(stale) == 0, "not yet in " + strings.Join(stale, ", ")
+	})
+}
+
+// pemBlocks are the DER bytes of each PEM block of data, as strings, in
+// order.
+func pemBlocks(data []byte) []string {
+	var out []string
+	for {
+		var b *pem.Block
+		if b, data = pem.Decode(data); b == nil {
+			return out
+		}
+		out = append(out, string(b.Bytes))
+	}
 }
 
 // leaderLease is the leader lease in kube-system of a controller's unit,

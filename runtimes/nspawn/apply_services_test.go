@@ -248,6 +248,41 @@ type prober struct {
 // every 250 ms, until stopped.
 func startNetProbe(t *testing.T, pid int, names []probeName, dns, api []string) *prober {
 	t.Helper()
+	var checks []probeCheck
+	for _, s := range dns {
+		for _, n := range names {
+			checks = append(checks, probeCheck{s + " " + n.name, n.api, func() error {
+				addr, err := lookup(s, n.name)
+				if err != nil {
+					return err
+				}
+				if err := dial(addr, n.port); err != nil {
+					return fmt.Errorf("answered %s: %w", addr, err)
+				}
+				return nil
+			}})
+		}
+	}
+	for _, a := range api {
+		checks = append(checks, probeCheck{a, true, func() error { return dial(a, "443") }})
+	}
+	return startNetChecks(t, pid, checks)
+}
+
+// probeCheck is one question a prober asks again and again.
+type probeCheck struct {
+	target string
+	// api: the question needs the API servers, which refuse it while
+	// they restart.
+	api bool
+	f   func() error
+}
+
+// startNetChecks asks each check, from the network namespace of the process
+// pid (as the node's own programs and its pods' packets reach the
+// cluster), every 250 ms, until stopped.
+func startNetChecks(t *testing.T, pid int, checks []probeCheck) *prober {
+	t.Helper()
 	if pid == 0 {
 		t.Fatal("the prober's machine is not running")
 	}
@@ -270,22 +305,8 @@ func startNetProbe(t *testing.T, pid int, names []probeName, dns, api []string) 
 			return
 		}
 		for {
-			for _, s := range dns {
-				for _, n := range names {
-					p.record(s+" "+n.name, n.api, func() error {
-						addr, err := lookup(s, n.name)
-						if err != nil {
-							return err
-						}
-						if err := dial(addr, n.port); err != nil {
-							return fmt.Errorf("answered %s: %w", addr, err)
-						}
-						return nil
-					})
-				}
-			}
-			for _, a := range api {
-				p.record(a, true, func() error { return dial(a, "443") })
+			for _, c := range checks {
+				p.record(c.target, c.api, c.f)
 			}
 			select {
 			case <-p.quit:

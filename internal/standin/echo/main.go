@@ -9,12 +9,22 @@
 //	GET /               {"hostname": ..., "podIP": ...}
 //	GET /resolve?name=N {"name": N, "addresses": [...]}, by the pod's resolver
 //	GET /fetch?url=U    {"url": U, "status": ..., "body": ...}, a GET from the pod
+//	GET /api?path=P     {"url": ..., "status": ..., "body": ...}, a GET of the API
+//	                    server's path P as a client in the cluster makes it
+//
+// /api is a client as client-go's in-cluster configuration makes one: the
+// API server at KUBERNETES_SERVICE_HOST:KUBERNETES_SERVICE_PORT, trusted
+// through the service-account volume's ca.crt as it was when the process
+// started (read once, as client-go reads it), with the volume's token,
+// read again at each request (the kubelet refreshes it).
 //
 // Failures answer 502 with {"error": ...}.
 package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -24,6 +34,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -58,6 +69,7 @@ func handler() http.Handler {
 	// A connection per fetch, so that fetches of a Service are spread
 	// over its endpoints as new connections are.
 	fetcher := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	api, apiErr := inClusterClient()
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
 		host, err := os.Hostname()
@@ -82,33 +94,72 @@ func handler() http.Handler {
 		}
 		reply(w, map[string]any{"name": name, "addresses": addrs})
 	})
+	mux.HandleFunc("GET /api", func(w http.ResponseWriter, r *http.Request) {
+		if api == nil {
+			fail(w, apiErr)
+			return
+		}
+		token, err := os.ReadFile(serviceAccountDir + "/token")
+		if err != nil {
+			fail(w, err)
+			return
+		}
+		u := "https://" + net.JoinHostPort(os.Getenv("KUBERNETES_SERVICE_HOST"), os.Getenv("KUBERNETES_SERVICE_PORT")) + r.URL.Query().Get("path")
+		forward(w, r, api, u, "Bearer "+strings.TrimSpace(string(token)))
+	})
 	mux.HandleFunc("GET /fetch", func(w http.ResponseWriter, r *http.Request) {
 		url := r.URL.Query().Get("url")
 		if url == "" {
 			http.Error(w, "missing url", http.StatusBadRequest)
 			return
 		}
-		ctx, cancel := context.WithTimeout(r.Context(), timeout)
-		defer cancel()
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		resp, err := fetcher.Do(req)
-		if err != nil {
-			fail(w, err)
-			return
-		}
-		defer resp.Body.Close()
-		body, err := io.ReadAll(io.LimitReader(resp.Body, maxFetch))
-		if err != nil {
-			fail(w, err)
-			return
-		}
-		reply(w, map[string]any{"url": url, "status": resp.StatusCode, "body": string(body)})
+		forward(w, r, fetcher, url, "")
 	})
 	return mux
+}
+
+// forward answers r with c's GET of u (with that Authorization header, where
+// given): its status and body.
+func forward(w http.ResponseWriter, r *http.Request, c *http.Client, u, authorization string) {
+	ctx, cancel := context.WithTimeout(r.Context(), timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	if authorization != "" {
+		req.Header.Set("Authorization", authorization)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxFetch))
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	reply(w, map[string]any{"url": u, "status": resp.StatusCode, "body": string(body)})
+}
+
+// serviceAccountDir is where a pod's service-account volume is mounted.
+const serviceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+// inClusterClient trusts the service-account volume's CA bundle as it
+// is now; nil with the reason where the pod has none.
+func inClusterClient() (*http.Client, error) {
+	ca, err := os.ReadFile(serviceAccountDir + "/ca.crt")
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(ca) {
+		return nil, fmt.Errorf("%s/ca.crt holds no certificate", serviceAccountDir)
+	}
+	return &http.Client{Transport: &http.Transport{DisableKeepAlives: true, TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}, nil
 }
 
 // podIP is the downward API's POD_IP when the pod sets it, otherwise the
