@@ -95,7 +95,7 @@ func effects(a, b Side, etcd *EtcdChange) []Step {
 			Actions: append(keepServiceSANs(fa.ServiceCIDRs, fb.ServiceCIDRs), []string{
 				"create a ServiceCIDR object for the new range (networking.k8s.io/v1) before the API servers restart",
 				"restart the API servers and controller-managers with the new range, then the kubelets (their clusterDNS is the new DNS address)",
-				"recreate every Service outside the new range (kubectl get svc -A; delete and apply each), CoreDNS's at the new DNS address; delete the kubernetes Service in default, which the API servers recreate in the new range",
+				"move every Service outside the new range into it, CoreDNS's at the new DNS address and the kubernetes Service at the new range's first: kcompile apply does it with each name answered throughout (plan.md, the service move); by hand, each deleted and applied again goes unanswered in between",
 				"delete the old ServiceCIDR once no Service uses it, then restart every pod so that it reads the new DNS address",
 			}...),
 		})

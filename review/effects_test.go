@@ -60,7 +60,7 @@ func TestEffects(t *testing.T) {
 			f.Nodes["w2"] = NodeFacts{Labels: f.Nodes["w2"].Labels, Taints: []string{"dedicated=ml:NoSchedule"}}
 		}, setting: "labels and taints of w2", want: []string{"kubectl taint node w2 --overwrite dedicated=ml:NoSchedule"}, not: "NoSchedule-"},
 		{name: "service CIDR", change: func(f *Facts) { f.ServiceCIDRs = []string{"10.112.0.0/16"} },
-			setting: "service CIDR 10.96.0.0/12 → 10.112.0.0/16", want: []string{`add "10.96.0.1" to controlPlane.apiServer.extraSANs`, "create a ServiceCIDR object", "delete the kubernetes Service in default"}},
+			setting: "service CIDR 10.96.0.0/12 → 10.112.0.0/16", want: []string{`add "10.96.0.1" to controlPlane.apiServer.extraSANs`, "create a ServiceCIDR object", "the kubernetes Service at the new range's first"}},
 		{name: "pod CIDR", change: func(f *Facts) { f.PodCIDRs = []string{"10.128.0.0/16"} },
 			setting: "pod CIDR 10.244.0.0/16 → 10.128.0.0/16", want: []string{"kubectl delete node NODE"}},
 		{name: "domain", change: func(f *Facts) { f.Domain = "k8s.example" },

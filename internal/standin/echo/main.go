@@ -34,6 +34,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -42,7 +43,7 @@ import (
 func main() {
 	listen := flag.String("listen", ":8080", "address to serve on")
 	flag.Parse()
-	srv := &http.Server{Addr: *listen, Handler: handler(), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Addr: *listen, Handler: handler(serviceAccountDir), ReadHeaderTimeout: 10 * time.Second}
 	// As a container's PID 1 the process gets SIGTERM only if it
 	// handles it: without this, stopping the pod (or the node) waits
 	// for the kill timeout.
@@ -65,11 +66,13 @@ const (
 	maxFetch = 64 << 10
 )
 
-func handler() http.Handler {
+// handler serves the echo's paths; saDir is where the pod's
+// service-account volume is.
+func handler(saDir string) http.Handler {
 	// A connection per fetch, so that fetches of a Service are spread
 	// over its endpoints as new connections are.
 	fetcher := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
-	api, apiErr := inClusterClient()
+	api, apiErr := inClusterClient(saDir)
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
 		host, err := os.Hostname()
@@ -99,7 +102,7 @@ func handler() http.Handler {
 			fail(w, apiErr)
 			return
 		}
-		token, err := os.ReadFile(serviceAccountDir + "/token")
+		token, err := os.ReadFile(filepath.Join(saDir, "token"))
 		if err != nil {
 			fail(w, err)
 			return
@@ -150,14 +153,14 @@ const serviceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount"
 
 // inClusterClient trusts the service-account volume's CA bundle as it
 // is now; nil with the reason where the pod has none.
-func inClusterClient() (*http.Client, error) {
-	ca, err := os.ReadFile(serviceAccountDir + "/ca.crt")
+func inClusterClient(saDir string) (*http.Client, error) {
+	ca, err := os.ReadFile(filepath.Join(saDir, "ca.crt"))
 	if err != nil {
 		return nil, err
 	}
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(ca) {
-		return nil, fmt.Errorf("%s/ca.crt holds no certificate", serviceAccountDir)
+		return nil, fmt.Errorf("%s holds no certificate", filepath.Join(saDir, "ca.crt"))
 	}
 	return &http.Client{Transport: &http.Transport{DisableKeepAlives: true, TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}, nil
 }
