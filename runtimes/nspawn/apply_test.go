@@ -300,6 +300,22 @@ func TestUpApply(t *testing.T) {
 	e := bootForApplyFrom(t, dir, "", pipeline.CloudInit)
 	k := admin(t, e.c)
 	ctx := context.Background()
+	// A command run in a machine has the machine's environment, not
+	// the host's: a host user's TMPDIR names no directory there.
+	func() {
+		was, had := os.LookupEnv("TMPDIR")
+		defer func() {
+			if had {
+				os.Setenv("TMPDIR", was)
+			} else {
+				os.Unsetenv("TMPDIR")
+			}
+		}()
+		os.Setenv("TMPDIR", "/only-on-the-host")
+		if out, err := e.c.Exec(ctx, "cp1", "sh", "-c", "mktemp -d && env"); err != nil || strings.Contains(string(out), "only-on-the-host") {
+			t.Errorf("a command in cp1 has the host's environment: %v\n%s", err, out)
+		}
+	}()
 	var hosts strings.Builder
 	for _, n := range e.c.cfg.Cluster.Nodes {
 		out, err := e.c.Exec(ctx, n.Name, "sh", "-c", "cloud-init status --wait >/dev/null; cat /etc/ssh/ssh_host_ed25519_key.pub")

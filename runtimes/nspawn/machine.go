@@ -354,6 +354,12 @@ func (m *machine) stop(ctx context.Context, grace time.Duration) (forced bool) {
 	return true
 }
 
+// machineEnv is the environment of a command run in a machine, as
+// systemd gives a root service there.
+func machineEnv() []string {
+	return []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root", "LANG=C.UTF-8"}
+}
+
 // exec runs a command inside the machine (all of its namespaces).
 func (m *machine) exec(ctx context.Context, args ...string) ([]byte, error) {
 	return execIn(ctx, m.leader(), m.name, args...)
@@ -367,6 +373,9 @@ func execIn(ctx context.Context, pid int, name string, args ...string) ([]byte, 
 	}
 	full := append([]string{"-t", fmt.Sprint(pid), "-a", "--"}, args...)
 	cmd := exec.CommandContext(ctx, "nsenter", full...)
+	// The machine's environment, not the host's: a host user's TMPDIR,
+	// say, names no directory in the machine.
+	cmd.Env = machineEnv()
 	// nsenter forks to enter the PID namespace: killed at the deadline,
 	// it leaves its child holding the output pipe. Do not wait for it.
 	cmd.WaitDelay = time.Second
