@@ -61,20 +61,11 @@ func (c *applyCmd) Run(e *env) error {
 		return usageError("--to-end rolls out one stage after another, each planned from the one before it: a dry run says what the first does; leave --to-end out")
 	}
 	for {
-		if err := c.applyStage(e, via); err != nil {
-			return err
-		}
-		if !c.ToEnd {
-			return nil
-		}
-		b, diags, err := loadBundle(c.Secrets)
+		b, err := c.applyStage(e, via)
 		if err != nil {
 			return err
 		}
-		if diags.HasErrors() {
-			return printDiagnostics(e, diags, "cannot use the secrets bundle "+c.Secrets)
-		}
-		if b.Stage() == 0 {
+		if !c.ToEnd || b.Stage() == 0 {
 			return nil
 		}
 		if _, err := writeStage(e, c.Dir, c.Secrets, b, func(*ir.Cluster) (*pki.Bundle, error) { return b.Advance(e.now) }); err != nil {
@@ -87,52 +78,52 @@ func (c *applyCmd) Run(e *env) error {
 }
 
 // applyStage plans and performs the change from the running cluster to
-// the spec with the bundle of --secrets.
-func (c *applyCmd) applyStage(e *env, via map[int]string) error {
+// the spec with the bundle of --secrets, and returns that bundle.
+func (c *applyCmd) applyStage(e *env, via map[int]string) (*pki.Bundle, error) {
 	if c.From != "" && (c.Work == "" || c.SSHUser == "") {
-		return usageError("--from needs --work DIR (where apply keeps what it did) and --ssh-user USER (how it reaches the nodes)")
+		return nil, usageError("--from needs --work DIR (where apply keeps what it did) and --ssh-user USER (how it reaches the nodes)")
 	}
 	work, err := upWorkDir(e, c.Dir, c.Work)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	specDir := filepath.Join(work, nspawn.SpecDir)
 	var transport *nspawn.SSH
 	if c.SSHUser != "" {
 		if transport, err = sshTransport(c.SSHUser, c.SSHKey, c.KnownHosts, c.SSHPort); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	b, diags, err := loadBundle(c.Secrets)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if diags.HasErrors() {
-		return printDiagnostics(e, diags, "cannot use the secrets bundle "+c.Secrets)
+		return nil, printDiagnostics(e, diags, "cannot use the secrets bundle "+c.Secrets)
 	}
 	secrets, err := b.Marshal()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var running *nspawn.Running
 	if c.From != "" {
 		from, err := filepath.Abs(c.From)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		data, diags := compiler.Concrete(compiler.Source{Dir: from, Bound: e.bound})
 		if diags.HasErrors() {
-			return printDiagnostics(e, diags, "the spec of --from does not evaluate")
+			return nil, printDiagnostics(e, diags, "the spec of --from does not evaluate")
 		}
 		// The hosts run what build built with this bundle.
 		if running, err = nspawn.RecordRunning(work, data, e.now, secrets); err != nil {
-			return err
+			return nil, err
 		}
 	} else if running, err = nspawn.ReadRunning(work); err != nil {
-		return statusError{code: exitProblems, msg: err.Error()}
+		return nil, statusError{code: exitProblems, msg: err.Error()}
 	}
 	if c.SSHUser == "" && !running.Up() {
-		return usageError("the cluster in " + work + " runs on hosts kcompile up did not boot: give --ssh-user USER (and --ssh-key, --known-hosts) to reach them")
+		return nil, usageError("the cluster in " + work + " runs on hosts kcompile up did not boot: give --ssh-user USER (and --ssh-key, --known-hosts) to reach them")
 	}
 	// The running cluster's files were built with the bundle recorded
 	// beside its spec; --secrets is the one it is to run, the same but
@@ -140,16 +131,16 @@ func (c *applyCmd) applyStage(e *env, via map[int]string) error {
 	oldB := b
 	if running.Bundle != "" {
 		if oldB, diags, err = loadBundle(running.Bundle); err != nil {
-			return err
+			return nil, err
 		}
 		if diags.HasErrors() {
-			return printDiagnostics(e, diags, "cannot use the running cluster's recorded secrets bundle "+running.Bundle)
+			return nil, printDiagnostics(e, diags, "cannot use the running cluster's recorded secrets bundle "+running.Bundle)
 		}
 	}
 	p, err := compare.Plan(compare.Input{Args: []string{specDir, c.Dir}, Secrets: c.Secrets, OldSecrets: running.Bundle, Policies: c.Policy, Profile: c.Profile,
 		Bound: e.bound, Now: e.now, Rand: rand.Reader, Cwd: e.cwd, Stage: e.progress.stage}, via)
 	if err != nil {
-		return planError(e, err, "plan refused, nothing applied: ")
+		return nil, planError(e, err, "plan refused, nothing applied: ")
 	}
 	// Every state is built as the running cluster was: the clock its
 	// certificates were issued at, with NEW's bundle (OLD's for OLD).
@@ -175,32 +166,32 @@ func (c *applyCmd) applyStage(e *env, via map[int]string) error {
 	}
 	oldData, oldDiags := compiler.Concrete(compiler.Source{Dir: specDir, Bound: e.bound})
 	if oldDiags.HasErrors() {
-		return printDiagnostics(e, oldDiags, "the running cluster's recorded spec does not evaluate")
+		return nil, printDiagnostics(e, oldDiags, "the running cluster's recorded spec does not evaluate")
 	}
 	old, oldTree, err := buildWith(oldB, specDir, oldData, nil)
 	if err != nil {
-		return statusError{code: exitProblems, msg: "the running cluster's recorded spec: " + err.Error()}
+		return nil, statusError{code: exitProblems, msg: "the running cluster's recorded spec: " + err.Error()}
 	}
 	// A change of the bundle is taken only once every flow of the
 	// running cluster is proven to work between the two, as kcompile
 	// secrets rotate proved it when it wrote the stage.
 	runningSecrets, err := oldB.Marshal()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if !bytes.Equal(runningSecrets, secrets) {
 		if err := pki.ProveTransition(old, oldB, b, e.now, rand.Reader); err != nil {
-			return statusError{code: exitProblems, msg: "nothing applied: the secrets bundle " + c.Secrets + " is not the next stage of the running cluster's: " + err.Error()}
+			return nil, statusError{code: exitProblems, msg: "nothing applied: the secrets bundle " + c.Secrets + " is not the next stage of the running cluster's: " + err.Error()}
 		}
 	}
 	if transport != nil && c.SSHUser != "root" && !slices.ContainsFunc(old.Users, func(u ir.User) bool { return u.Name == c.SSHUser && u.Sudo }) {
-		return usageError("--ssh-user " + c.SSHUser + " is no access user of the running spec with sudo: apply runs its commands as root (access.users." + c.SSHUser + ".sudo: true, or root)")
+		return nil, usageError("--ssh-user " + c.SSHUser + " is no access user of the running spec with sudo: apply runs its commands as root (access.users." + c.SSHUser + ".sudo: true, or root)")
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
 	e.progress.pause()
 	if err := p.WriteText(e.stderr); err != nil {
-		return err
+		return nil, err
 	}
 	err = nspawn.Apply(ctx, nspawn.ApplyConfig{
 		Running: running, Plan: p, Old: old, OldTree: oldTree,
@@ -211,7 +202,7 @@ func (c *applyCmd) applyStage(e *env, via map[int]string) error {
 		Binaries: c.Binaries, DryRun: c.DryRun, Resume: c.Resume, GateTimeout: c.GateTimeout, Log: e.stderr, Now: time.Now, SSH: transport,
 	})
 	if err != nil {
-		return statusError{code: exitProblems, msg: err.Error()}
+		return nil, statusError{code: exitProblems, msg: err.Error()}
 	}
 	switch {
 	case c.DryRun:
@@ -221,7 +212,7 @@ func (c *applyCmd) applyStage(e *env, via map[int]string) error {
 	default:
 		fmt.Fprintf(e.stdout, "applied %s → %s: %s, every gate held\n", p.From, p.To, plural(p.Steps(), "step"))
 	}
-	return nil
+	return b, nil
 }
 
 // sshTransport reads the key and the known hosts of --ssh-user.

@@ -951,11 +951,16 @@ func leaderLease(unit string) string {
 	return ""
 }
 
+// leaderLeasePath is the API path of a controller's leader lease.
+func leaderLeasePath(lease string) string {
+	return "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/" + lease
+}
+
 // releaseLease gives up the leader lease for a process of node that has
 // stopped, where it holds it: no holder, and a duration of a second, as
 // client-go's leader election releases it.
 func (a *applier) releaseLease(ctx context.Context, node, lease string) error {
-	p := "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/" + lease
+	p := leaderLeasePath(lease)
 	var l coordinationv1.Lease
 	if err := a.kube.get(ctx, p, &l); err != nil {
 		if notFound(err) {
@@ -991,7 +996,7 @@ func (a *applier) releaseLease(ctx context.Context, node, lease string) error {
 func (a *applier) leads(ctx context.Context, n ir.Node, lease string, since time.Time) error {
 	return a.await(ctx, lease+" leading from "+n.Name+" or another node", func() (bool, string) {
 		var l coordinationv1.Lease
-		if err := a.kube.get(ctx, "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/"+lease, &l); err != nil {
+		if err := a.kube.get(ctx, leaderLeasePath(lease), &l); err != nil {
 			return false, err.Error()
 		}
 		holder := ""

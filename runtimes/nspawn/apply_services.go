@@ -190,7 +190,7 @@ func (a *applier) moveServices(ctx context.Context, c *ir.Cluster, tree *targets
 			return err
 		}
 	}
-	if err := a.deleteService(ctx, "kube-system", change.DNSBridgeName, ""); err != nil {
+	if err := a.deleteOwn(ctx, "kube-system", change.DNSBridgeName); err != nil {
 		return err
 	}
 	want := ir.Strings(n.ServiceCIDRs)
@@ -442,7 +442,7 @@ func (a *applier) settle(ctx context.Context, m mover, n ir.Network) error {
 // dropStandIns deletes a mover's stand-ins and forgets it.
 func (a *applier) dropStandIns(ctx context.Context, m mover) error {
 	for _, which := range []string{"next", "previous"} {
-		if err := a.deleteService(ctx, m.was.Namespace, standIn(m.was, which), ""); err != nil {
+		if err := a.deleteOwn(ctx, m.was.Namespace, standIn(m.was, which)); err != nil {
 			return err
 		}
 	}
@@ -505,9 +505,8 @@ func (a *applier) ensureStandIn(ctx context.Context, s corev1.Service, name stri
 	if s.Spec.Selector != nil {
 		return have, nil
 	}
-	var slices discoveryv1.EndpointSliceList
-	sel := url.QueryEscape(discoveryv1.LabelServiceName + "=" + s.Name)
-	if err := a.kube.get(ctx, "/apis/discovery.k8s.io/v1/namespaces/"+url.PathEscape(s.Namespace)+"/endpointslices?labelSelector="+sel, &slices); err != nil {
+	slices, err := a.endpointSlices(ctx, s.Namespace, s.Name)
+	if err != nil {
 		return corev1.Service{}, err
 	}
 	sort.Slice(slices.Items, func(i, j int) bool { return slices.Items[i].Name < slices.Items[j].Name })
@@ -532,17 +531,27 @@ func (a *applier) ensureStandIn(ctx context.Context, s corev1.Service, name stri
 	return have, nil
 }
 
+// servicePath is the API path of a namespace's Service name, or of its
+// Services where name is "".
+func servicePath(ns, name string) string {
+	p := "/api/v1/namespaces/" + url.PathEscape(ns) + "/services"
+	if name != "" {
+		p += "/" + url.PathEscape(name)
+	}
+	return p
+}
+
 // service reads a Service.
 func (a *applier) service(ctx context.Context, ns, name string) (corev1.Service, error) {
 	var s corev1.Service
-	err := a.kube.get(ctx, "/api/v1/namespaces/"+url.PathEscape(ns)+"/services/"+url.PathEscape(name), &s)
+	err := a.kube.get(ctx, servicePath(ns, name), &s)
 	return s, err
 }
 
 // updateService changes a Service by f and writes it back, read again
 // and changed again where another writer came between.
 func (a *applier) updateService(ctx context.Context, ns, name string, f func(*corev1.Service)) error {
-	p := "/api/v1/namespaces/" + url.PathEscape(ns) + "/services/" + url.PathEscape(name)
+	p := servicePath(ns, name)
 	for try := 0; ; try++ {
 		s, err := a.service(ctx, ns, name)
 		if err != nil {
@@ -779,7 +788,7 @@ func (a *applier) moveDNSService(ctx context.Context, c *ir.Cluster, tree *targe
 			return err
 		}
 	}
-	if err := a.deleteService(ctx, "kube-system", change.DNSBridgeName, ""); err != nil {
+	if err := a.deleteOwn(ctx, "kube-system", change.DNSBridgeName); err != nil {
 		return err
 	}
 	// The bridge's address is free once its deletion is through; asked
@@ -798,14 +807,14 @@ func (a *applier) createService(ctx context.Context, s corev1.Service) error {
 	if err != nil {
 		return err
 	}
-	p := "/api/v1/namespaces/" + url.PathEscape(s.Namespace) + "/services"
+	p := servicePath(s.Namespace, "")
 	err = a.retryAllocated(ctx, func() error {
 		_, err := a.kube.do(ctx, http.MethodPost, p, "application/json", body)
 		return err
 	})
 	if alreadyExists(err) {
 		var have corev1.Service
-		if gerr := a.kube.get(ctx, p+"/"+url.PathEscape(s.Name), &have); gerr != nil {
+		if gerr := a.kube.get(ctx, servicePath(s.Namespace, s.Name), &have); gerr != nil {
 			return gerr
 		}
 		if s.Spec.ClusterIP == "" || s.Spec.ClusterIP == have.Spec.ClusterIP {
@@ -842,7 +851,7 @@ func (a *applier) retryAllocated(ctx context.Context, f func() error) error {
 // deleteService deletes a Service (of that uid, when given) and waits
 // until it is gone; one already gone is fine.
 func (a *applier) deleteService(ctx context.Context, ns, name, uid string) error {
-	p := "/api/v1/namespaces/" + url.PathEscape(ns) + "/services/" + url.PathEscape(name)
+	p := servicePath(ns, name)
 	var body []byte
 	if uid != "" {
 		id := types.UID(uid)
@@ -862,6 +871,22 @@ func (a *applier) deleteService(ctx context.Context, ns, name, uid string) error
 		}
 		return false, "still there"
 	})
+}
+
+// deleteOwn deletes a Service apply made (its label says so), and no
+// other of that name; one already gone is fine.
+func (a *applier) deleteOwn(ctx context.Context, ns, name string) error {
+	s, err := a.service(ctx, ns, name)
+	if notFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if s.Labels[managedByLabel] != managedBy {
+		return fmt.Errorf("the Service %s/%s is not kcompile's (no %s: %s): kcompile leaves it; rename or delete it, then --resume", ns, name, managedByLabel, managedBy)
+	}
+	return a.deleteService(ctx, ns, name, string(s.UID))
 }
 
 // ensureServiceCIDR creates the ServiceCIDR name of cidrs; one of the
@@ -916,11 +941,18 @@ func (a *applier) serviceCIDRReady(ctx context.Context, name string, cidrs []net
 	return false, "no Ready condition"
 }
 
-// readyEndpoints counts the ready endpoints of a Service's slices.
-func (a *applier) readyEndpoints(ctx context.Context, ns, service string) (int, error) {
+// endpointSlices are a Service's EndpointSlices.
+func (a *applier) endpointSlices(ctx context.Context, ns, service string) (discoveryv1.EndpointSliceList, error) {
 	var slices discoveryv1.EndpointSliceList
 	sel := url.QueryEscape(discoveryv1.LabelServiceName + "=" + service)
-	if err := a.kube.get(ctx, "/apis/discovery.k8s.io/v1/namespaces/"+url.PathEscape(ns)+"/endpointslices?labelSelector="+sel, &slices); err != nil {
+	err := a.kube.get(ctx, "/apis/discovery.k8s.io/v1/namespaces/"+url.PathEscape(ns)+"/endpointslices?labelSelector="+sel, &slices)
+	return slices, err
+}
+
+// readyEndpoints counts the ready endpoints of a Service's slices.
+func (a *applier) readyEndpoints(ctx context.Context, ns, service string) (int, error) {
+	slices, err := a.endpointSlices(ctx, ns, service)
+	if err != nil {
 		return 0, err
 	}
 	n := 0
