@@ -200,6 +200,7 @@ const (
 	InstallMarksDir = "var/lib/kcompile/artifacts"
 	// Programs the units, the configurations and the users run.
 	Systemctl  = "bin/systemctl"
+	Kill       = "bin/kill"
 	Modprobe   = "sbin/modprobe"
 	LoginShell = "bin/bash"
 	// The CNI plugins' host paths, which their DaemonSets mount.

@@ -56,6 +56,12 @@ type Command struct {
 	Argv   []string
 	// OnePerLine renders each argument on a continued line of its own.
 	OnePerLine bool
+	// MainPID appends the unit's main process ID as the last argument:
+	// systemd's $MAINPID, the one variable reference kcompile writes
+	// (as the distributions' reload commands do: kill -USR2 $MAINPID).
+	// An argument of Argv that reads "$MAINPID" is passed as those
+	// characters.
+	MainPID bool
 }
 
 // Exec builds an Exec directive running argv.
@@ -149,6 +155,9 @@ func (d Directive) render() (string, error) {
 			return "", err
 		}
 		words[i] = q
+	}
+	if d.Command.MainPID {
+		words = append(words, mainPID)
 	}
 	sep := " "
 	if d.Command.OnePerLine {
@@ -345,6 +354,10 @@ func parseCommand(raw string) (Command, error) {
 			return Command{}, err
 		}
 		rest = rest[n:]
+		if word == mainPID && strings.TrimLeft(rest, " \t") == "" {
+			c.MainPID = true
+			break
+		}
 		word, err = unescapeSpecifiers(word)
 		if err != nil {
 			return Command{}, err
@@ -457,6 +470,9 @@ func cUnescape(s string) (string, int, error) {
 	}
 	return "", 0, fmt.Errorf("an unknown escape \\%c", s[0])
 }
+
+// mainPID is systemd's reference to a unit's main process ID.
+const mainPID = "$MAINPID"
 
 // unescapeVariables resolves "$$"; a variable reference is refused.
 func unescapeVariables(s string) (string, error) {

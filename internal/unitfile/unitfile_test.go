@@ -111,6 +111,32 @@ func TestQuoteArg(t *testing.T) {
 }
 
 // TestParseCommand reads command lines as systemd documents them.
+// A reload command signals the unit's main process: $MAINPID, written
+// by the flag and read back to it, last only; an argument reading
+// "$MAINPID" stays those characters.
+func TestMainPID(t *testing.T) {
+	d := Directive{Key: "ExecReload", Command: &Command{Argv: []string{"/bin/kill", "-USR2"}, MainPID: true}}
+	line, err := d.render()
+	if err != nil || line != "/bin/kill -USR2 $MAINPID" {
+		t.Fatalf("rendered %q (%v)", line, err)
+	}
+	c, err := parseCommand(line)
+	if err != nil || !c.MainPID || strings.Join(c.Argv, " ") != "/bin/kill -USR2" {
+		t.Errorf("read back as %+v (%v)", c, err)
+	}
+	literal := Directive{Key: "ExecStart", Command: &Command{Argv: []string{"/bin/echo", "$MAINPID"}}}
+	line, err = literal.render()
+	if err != nil || line != "/bin/echo $$MAINPID" {
+		t.Fatalf("an argument $MAINPID rendered %q (%v)", line, err)
+	}
+	if c, err := parseCommand(line); err != nil || c.MainPID || c.Argv[1] != "$MAINPID" {
+		t.Errorf("an argument $MAINPID read back as %+v (%v)", c, err)
+	}
+	if _, err := parseCommand("/bin/kill $MAINPID -USR2"); err == nil {
+		t.Error("parseCommand accepted $MAINPID before the last argument")
+	}
+}
+
 func TestParseCommand(t *testing.T) {
 	for raw, want := range map[string][]string{
 		`/bin/echo one "two three" 'four five'`: {"/bin/echo", "one", "two three", "four five"},

@@ -28,6 +28,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kcompile/kcompile/compiler"
 	"github.com/kcompile/kcompile/compiler/ir"
@@ -344,6 +345,11 @@ func Apply(ctx context.Context, cfg ApplyConfig) error {
 			}
 			return fmt.Errorf("step %d (%s %s) stopped: %w; what it did stays done: fix the cause and run kcompile apply --resume to go on from step %d", s.N, s.Kind, strings.Join(s.Nodes, " "), err, s.N)
 		}
+		if !cfg.DryRun {
+			if err := writeClusterFiles(cfg.Running.Work, prev, tree); err != nil {
+				return err
+			}
+		}
 		prevC, prev = c, tree
 		if cfg.DryRun {
 			continue
@@ -592,7 +598,19 @@ func (a *applier) step(ctx context.Context, s change.Step, prevC, c *ir.Cluster,
 			for _, b := range binaries[name] {
 				a.log("  would lay %s on %s (%s)", b.Path, name, b.Version)
 			}
-			a.log("  would lay %d files on %s%s, then restart %s", len(changed), name, listed(changed, removed), strings.Join(s.Restarts, ", "))
+			var restart, reload []string
+			for _, u := range s.Restarts {
+				if reloads(prev, tree, name, u) {
+					reload = append(reload, u)
+				} else {
+					restart = append(restart, u)
+				}
+			}
+			then := []string{"restart " + strings.Join(restart, ", ")}
+			if len(reload) > 0 {
+				then = append(then[:min(len(restart), 1)], "reload "+strings.Join(reload, ", "))
+			}
+			a.log("  would lay %d files on %s%s, then %s", len(changed), name, listed(changed, removed), strings.Join(then, " and "))
 		}
 		return nil
 	}
@@ -607,6 +625,7 @@ func (a *applier) step(ctx context.Context, s change.Step, prevC, c *ir.Cluster,
 	// When each node's units were restarted: a lease renewed after it is
 	// the new kubelet's.
 	restarted, began := map[string]time.Time{}, map[string]time.Time{}
+	apiServerStopped := map[string]bool{}
 	for _, name := range s.Nodes {
 		want, changed, removed, err := a.changes(ctx, nodes[name], c, prev, tree)
 		if err != nil {
@@ -683,17 +702,53 @@ func (a *applier) step(ctx context.Context, s change.Step, prevC, c *ir.Cluster,
 				}
 				continue
 			}
+			if m, ok := memberOf(c, name); ok && u == "etcd.service" && nodes[name].Runs(ir.ComponentAPIServer) {
+				// The node's API server talks to this member alone: while
+				// the member restarts it would hold its clients'
+				// requests (those of every connection the endpoint gave
+				// it) until they time out. It stops first, as it does
+				// at a restart of its own (its delay has the endpoint
+				// and kube-proxy send its clients elsewhere), and starts
+				// once the member is healthy.
+				for _, cmd := range [][]string{{"stop", "kube-apiserver.service"}, {"restart", u}} {
+					if out, err := a.run(ctx, name, append([]string{"systemctl"}, cmd...)...); err != nil {
+						return fmt.Errorf("node %s: systemctl %s: %v: %s", name, strings.Join(cmd, " "), err, out)
+					}
+				}
+				if err := a.await(ctx, "etcd member "+name+" healthy, before its API server starts", func() (bool, string) {
+					return a.etcd.healthy(ctx, m.ClientURL()), "not healthy"
+				}); err != nil {
+					return err
+				}
+				if out, err := a.run(ctx, name, "systemctl", "start", "kube-apiserver.service"); err != nil {
+					return fmt.Errorf("node %s: starting kube-apiserver.service: %v: %s", name, err, out)
+				}
+				a.log("  %s: kube-apiserver.service stopped while etcd.service restarted", name)
+				apiServerStopped[name] = true
+				continue
+			}
+			if reloads(prev, tree, name, u) {
+				if out, err := a.run(ctx, name, "systemctl", "reload", u); err != nil {
+					return fmt.Errorf("node %s: reloading %s: %v: %s", name, u, err, out)
+				}
+				a.log("  %s: reloaded %s (its unit unchanged: its connections stay)", name, u)
+				continue
+			}
 			if _, err := a.run(ctx, name, "systemctl", "restart", u); err != nil {
 				return err
 			}
 		}
 		restarted[name] = a.cfg.Now()
-		if len(s.Restarts) > 0 {
-			a.log("  %s: restarted %s", name, strings.Join(s.Restarts, ", "))
+		if r := slices.DeleteFunc(slices.Clone(s.Restarts), func(u string) bool { return reloads(prev, tree, name, u) }); len(r) > 0 {
+			a.log("  %s: restarted %s", name, strings.Join(r, ", "))
 		}
 	}
 	for _, name := range s.Nodes {
-		if err := a.gates(ctx, c, nodes[name], s.Restarts, began[name], restarted[name]); err != nil {
+		units := s.Restarts
+		if apiServerStopped[name] && !slices.Contains(units, "kube-apiserver.service") {
+			units = append(slices.Clone(units), "kube-apiserver.service")
+		}
+		if err := a.gates(ctx, c, nodes[name], units, began[name], restarted[name]); err != nil {
 			return err
 		}
 	}
@@ -718,6 +773,26 @@ func drainTimeout(s change.Step) time.Duration {
 		return d
 	}
 	return 5 * time.Minute
+}
+
+// reloads says whether apply reloads unit u of node name rather than
+// restarts it: the step leaves the unit's own files (its unit and
+// drop-ins) as they were, and the unit has a reload command (HAProxy's,
+// which starts new workers from the new configuration and certificates
+// while the old ones finish their connections).
+func reloads(prev, tree *targets.Tree, name, u string) bool {
+	unit := layout.NodeTree(name, layout.UnitDir+u)
+	files := func(t *targets.Tree) map[string]string {
+		out := map[string]string{}
+		for _, f := range t.Files() {
+			if f.Path == unit || strings.HasPrefix(f.Path, unit+".d/") {
+				out[f.Path] = string(f.Data)
+			}
+		}
+		return out
+	}
+	is := files(tree)
+	return maps.Equal(files(prev), is) && strings.Contains(is[unit], "\nExecReload=")
 }
 
 // execStart is the command of a unit file with one ExecStart= and no
@@ -883,7 +958,40 @@ func (a *applier) gates(ctx context.Context, c *ir.Cluster, n ir.Node, units []s
 			return err
 		}
 	}
+	if n.RunsPods() && slices.Contains(units, "kubelet.service") {
+		if err := a.kubeletServes(ctx, n.Name); err != nil {
+			return err
+		}
+	}
 	return nil
+}
+
+// kubeletServes waits until the restarted kubelet of node knows the pods
+// the API runs there (asked through the API server, as kubectl logs and
+// exec reach it): a kubelet Ready and renewing its lease may not have
+// them yet, and answers a pod's logs or exec with "pod does not exist"
+// until it has.
+func (a *applier) kubeletServes(ctx context.Context, node string) error {
+	return a.await(ctx, "the kubelet of "+node+" serves its pods' logs and exec", func() (bool, string) {
+		var running corev1.PodList
+		if err := a.kube.get(ctx, "/api/v1/pods?fieldSelector="+url.QueryEscape("spec.nodeName="+node+",status.phase=Running"), &running); err != nil {
+			return false, err.Error()
+		}
+		var known corev1.PodList
+		if err := a.kube.get(ctx, "/api/v1/nodes/"+node+"/proxy/pods", &known); err != nil {
+			return false, err.Error()
+		}
+		has := map[types.UID]bool{}
+		for _, p := range known.Items {
+			has[p.UID] = true
+		}
+		for _, p := range running.Items {
+			if p.DeletionTimestamp == nil && !has[p.UID] {
+				return false, "it does not know " + p.Namespace + "/" + p.Name
+			}
+		}
+		return true, ""
+	})
 }
 
 // rootCAPublished waits until every namespace's kube-root-ca.crt holds

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/kcompile/kcompile/compiler"
 )
 
 // quorumWatch asks etcd every 250 ms for its members (through the first
@@ -99,7 +101,13 @@ func (q *quorumWatch) stop() {
 // and a second apply finds the nodes' files to be the new build.
 func growAndShrink(t *testing.T, e *applyEnv, k *kube, dir, binaries, version string) {
 	ctx := context.Background()
-	etcd, err := e.c.etcdClient()
+	// etcd's client of the cluster as the spec and e.b build it (the
+	// rotated PKI, after rotation), not of the tree up booted.
+	cl, tree, err := e.build(compiler.Source{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	etcd, err := etcdClientOf(cl, tree)
 	if err != nil {
 		t.Fatal(err)
 	}

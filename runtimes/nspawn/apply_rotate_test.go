@@ -4,11 +4,14 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto"
 	"crypto/x509"
+	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/url"
@@ -24,27 +27,42 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/remotecommand"
 
 	"github.com/kcompile/kcompile/compiler"
 	"github.com/kcompile/kcompile/compiler/pki"
 	"github.com/kcompile/kcompile/internal/fixture"
 	"github.com/kcompile/kcompile/layout"
 	change "github.com/kcompile/kcompile/plan"
+	"github.com/kcompile/kcompile/targets"
 )
 
-// rotation rotates every CA and the service-account key of TestUpApply's
-// running cluster (the spec in dir) as a user does: kcompile secrets
-// rotate --ca all writes stage 1 to the bundle, and one kcompile apply
-// --to-end rolls it out, writes and rolls out stage 2 (its apply restarts
-// every pod once the API server signs tokens with the new key), then the
-// end. Stage 1 restarts every pod too, once every namespace's
-// kube-root-ca.crt holds both CAs: a client that loaded its CA bundle
-// when it started (as client-go's does) trusts the API server's new
-// certificate of stage 2. A pod's such client asks the API throughout.
-// At the end every node is Ready, a second apply finds nothing to do, no
-// node holds a certificate of an old CA or trusts one, and the old admin
-// credentials are refused.
-func rotation(t *testing.T, e *applyEnv, dir string) {
+// rotation rotates every CA and the service-account key of
+// TestUpApplyVersionHA's running cluster (three control-plane nodes
+// holding the endpoint's VIP, workers w1 and g1; the spec in dir) as a
+// user does: kcompile secrets rotate --ca all writes stage 1 to the
+// bundle, and one kcompile apply --to-end rolls it out, writes and rolls
+// out stage 2 (its apply restarts every pod once the API servers sign
+// tokens with the new key), then the end. Stage 1 restarts every pod
+// too, once every namespace's kube-root-ca.crt holds both CAs: a client
+// that loaded its CA bundle when it started (as client-go's does)
+// trusts the API servers' new certificates of stage 2.
+//
+// Throughout: a client asks the API through the VIP every 100 ms with
+// the admin kubeconfig up named, read again at each request as kubectl
+// does (apply brings it to each step's state), and samples the Nodes; a
+// web pod's logs and an exec in it, served by its kubelet, are asked
+// for every second; a web pod's client asks the API with its
+// service-account token (the kubernetes Service) through the web
+// Service from w1. A failure of any of them must come from a restart
+// the step of its time names on its path, and none may be of trust: a
+// refused certificate or token fails the test whenever it comes. At the
+// end every node is Ready, a second apply finds nothing to do, no file
+// of any node holds a certificate of an old CA, an old CA or the old
+// service-account key, and the old admin credentials are refused. It
+// returns a client of the rotated admin kubeconfig.
+func rotation(t *testing.T, e *applyEnv, dir string) *kube {
 	ctx := context.Background()
 	b0 := e.b
 	bin := kcompileBinary(t)
@@ -56,37 +74,35 @@ func rotation(t *testing.T, e *applyEnv, dir string) {
 	if err := os.WriteFile(secrets, data, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	kcompile := func(stderr io.Writer, args ...string) (string, error) {
+	kcompile := func(stdout, stderr io.Writer, args ...string) error {
 		cmd := exec.Command(bin, args...)
-		var out bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, stderr
-		err := cmd.Run()
-		return out.String(), err
+		cmd.Stdout, cmd.Stderr = stdout, stderr
+		return cmd.Run()
 	}
-	var said strings.Builder
-	if out, err := kcompile(&said, "secrets", "rotate", dir, "-s", secrets, "--ca", "all"); err != nil || !strings.Contains(out, "stage 1 of the rotation") {
-		t.Fatalf("kcompile secrets rotate: %v\n%s%s", err, out, said.String())
+	var out, said strings.Builder
+	if err := kcompile(&out, &said, "secrets", "rotate", dir, "-s", secrets, "--ca", "all"); err != nil || !strings.Contains(out.String(), "stage 1 of the rotation") {
+		t.Fatalf("kcompile secrets rotate: %v\n%s%s", err, out.String(), said.String())
 	}
 	old := admin(t, e.c)
-	// A pod's client, as client-go's in-cluster one (its CA bundle read
-	// when it starts, its token at each request), asks the API through
-	// the web Service from w1, throughout the rotation. It may fail only
-	// while the API server or its etcd restarts. /api is open to any
-	// authenticated client: an answer proves the pod's trust of the API
-	// server's certificate and the API server's of the pod's token.
 	var web corev1.Service
 	if err := old.get(ctx, "/api/v1/namespaces/default/services/web", &web); err != nil {
 		t.Fatal(err)
 	}
-	var pods corev1.PodList
-	if err := old.get(ctx, "/api/v1/namespaces/default/pods?labelSelector="+url.QueryEscape("app=web"), &pods); err != nil || len(pods.Items) == 0 {
-		t.Fatalf("web's pods: %v", err)
-	}
-	// Before the rotation a web pod reaches the API. What the API's
-	// kubernetes Service and its endpoints are at each refusal is
-	// logged.
+	// Before the rotation a web pod (one that runs, ready) reaches the
+	// API. What the API's kubernetes Service and its endpoints are at
+	// each refusal is logged.
 	eventually(t, time.Minute, "before the rotation, a web pod asking the API", func() error {
-		r, err := viaPod(ctx, old, pods.Items[0].Name, "/api", url.Values{"path": {"/api"}})
+		var pods corev1.PodList
+		if err := old.get(ctx, "/api/v1/namespaces/default/pods?labelSelector="+url.QueryEscape("app=web"), &pods); err != nil {
+			return err
+		}
+		i := slices.IndexFunc(pods.Items, func(p corev1.Pod) bool {
+			return p.DeletionTimestamp == nil && p.Status.PodIP != "" && podReady(p)
+		})
+		if i < 0 {
+			return fmt.Errorf("no web pod runs ready: %d pods", len(pods.Items))
+		}
+		r, err := viaPod(ctx, old, pods.Items[i].Name, "/api", url.Values{"path": {"/api"}})
 		if err == nil && r.Status == http.StatusOK {
 			return nil
 		}
@@ -101,34 +117,39 @@ func rotation(t *testing.T, e *applyEnv, dir string) {
 		t.Logf("%s: the pod: %d %v; the kubernetes Service: %s %s %v; its slices: %q %v", time.Now().Format("15:04:05.000"), r.Status, err, svc.Spec.Type, svc.Spec.ClusterIP, e1, sl, e2)
 		return fmt.Errorf("%d %v", r.Status, err)
 	})
+
+	// A pod's client, as client-go's in-cluster one (its CA bundle read
+	// when it starts, its token at each request), asks the API through
+	// the web Service from w1. /api is open to any authenticated client:
+	// an answer proves the pod's trust of the API server's certificate
+	// and the API server's of the pod's token.
 	webURL := "http://" + net.JoinHostPort(web.Spec.ClusterIP, "80") + "/api?path=" + url.QueryEscape("/api")
 	pr := startNetChecks(t, e.c.machine("w1").leader(), []probeCheck{{"a pod's client", true, func() error { return podAsksAPI(webURL) }}})
-	var mu sync.Mutex
-	var restarts [][2]time.Time
-	each := func(line string) {
-		mu.Lock()
-		defer mu.Unlock()
-		switch {
-		case strings.HasPrefix(line, "step ") && (strings.Contains(line, ": api server ") || strings.Contains(line, ": etcd ")):
-			restarts = append(restarts, [2]time.Time{time.Now(), time.Now().Add(time.Hour)})
-		case strings.HasPrefix(line, "step ") && strings.Contains(line, " done in ") && len(restarts) > 0 && restarts[len(restarts)-1][1].After(time.Now()):
-			// Ready, the API server publishes its endpoint again and
-			// kube-proxy follows.
-			restarts[len(restarts)-1][1] = time.Now().Add(5 * time.Second)
-		}
+	client := startSteadyFrom(ctx, e.c.Kubeconfig(), "web", "web")
+	kubelets := startKubeletProbe(ctx, e.c.Kubeconfig())
+
+	var nodes []string
+	for _, n := range e.c.cfg.Cluster.Nodes {
+		nodes = append(nodes, n.Name)
 	}
-	log := &stopAt{each: each}
+	steps := &stepTimes{nodes: nodes}
+	log := &stopAt{each: steps.line}
 	began := time.Now()
-	out, err := kcompile(log, "apply", dir, "--work", e.work, "-s", secrets, "--to-end")
+	out.Reset()
+	err = kcompile(&out, log, "apply", dir, "--work", e.work, "-s", secrets, "--to-end")
+	client.stop()
+	probed := kubelets.stop()
+	results := pr.stop()
 	if err != nil {
 		for _, u := range []string{"kube-controller-manager", "kube-apiserver"} {
 			out, _ := e.c.Exec(ctx, "cp1", "journalctl", "-u", u, "-n", "30", "--no-pager", "-q")
 			t.Logf("cp1's %s:\n%s", u, out)
 		}
-		t.Fatalf("kcompile apply --to-end: %v\n%s\n%s", err, out, log)
+		t.Fatalf("kcompile apply --to-end: %v\n%s\n%s", err, out.String(), log)
 	}
-	t.Logf("the rotation took %s:\n%s\n%s", time.Since(began).Round(time.Second), out, log)
-	if n := strings.Count(out, "every gate held"); n != 3 {
+	t.Logf("the rotation took %s:\n%s\n%s", time.Since(began).Round(time.Second), out.String(), log)
+	t.Logf("its steps: %s", steps)
+	if n := strings.Count(out.String(), "every gate held"); n != 3 {
 		t.Errorf("apply --to-end rolled out %d stages, want 3", n)
 	}
 	// Stage 1 restarts every pod to load the new CA bundle, stage 2 for
@@ -136,6 +157,83 @@ func rotation(t *testing.T, e *applyEnv, dir string) {
 	if n := len(regexp.MustCompile(`(?m)^step \d+/\d+: `+change.KindPods+` $`).FindAllString(log.String(), -1)); n != 2 {
 		t.Errorf("apply --to-end restarted every pod %d times, want twice (stages 1 and 2)", n)
 	}
+
+	// The API through the VIP: a failure only while an API server, or
+	// the etcd member it alone talks to, restarts, or the HAProxy of a
+	// control-plane node; never more than one a restart.
+	restarts := steps.of("api server", "etcd")
+	for _, w := range steps.of("node") {
+		if slices.ContainsFunc(w.nodes, func(n string) bool { return strings.HasPrefix(n, "cp") }) {
+			restarts = append(restarts, w)
+		}
+	}
+	t.Logf("the API through the VIP: %d answered, %d failed, longest wait %s; failures: %q", client.ok, client.fail, client.longest.Round(10*time.Millisecond), client.errs)
+	for _, f := range client.failures {
+		if trustFailure(f.err) || !within(restarts, f.at, 0) {
+			t.Errorf("the API through the VIP failed at %s, %s: %s", f.at.Format("15:04:05.000"), steps.at(f.at), f.err)
+		}
+	}
+	if client.fail > len(restarts) || client.longest > 3*time.Second {
+		t.Errorf("the API through the VIP: %d failed requests over %d restarts on its path, longest wait %s", client.fail, len(restarts), client.longest)
+	}
+	if client.ok < 100 {
+		t.Errorf("the API through the VIP answered %d times: the client did not run", client.ok)
+	}
+	if len(client.notReady) > 0 {
+		t.Errorf("Nodes NotReady during the rotation: %q", client.notReady)
+	}
+	// Logs and exec, served by the pod's kubelet: a failure only while
+	// an API server (or its etcd), or the pod's kubelet, restarts, or
+	// the pod goes.
+	served, failed := 0, 0
+	for _, r := range probed {
+		served++
+		if r.err == "" {
+			continue
+		}
+		failed++
+		path := steps.of("api server", "etcd")
+		path = append(path, steps.on(r.node, "node", "workers")...)
+		if trustFailure(r.err) || !within(path, r.at, 0) {
+			t.Errorf("%s of a pod on %s at %s, %s: %s", r.what, r.node, r.at.Format("15:04:05.000"), steps.at(r.at), r.err)
+		}
+	}
+	t.Logf("logs and exec through the kubelets: %d asked, %d failed", served, failed)
+	// Where they failed, and the first error of each place: the steps
+	// that still cost a kubelet-served request.
+	where := map[string][]string{}
+	for _, r := range probed {
+		if r.err != "" {
+			k := r.what + " of a pod on " + r.node + " " + steps.at(r.at)
+			where[k] = append(where[k], r.err)
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(where)) {
+		t.Logf("  %d %s, first: %s", len(where[k]), k, where[k][0])
+	}
+	if served < 40 {
+		t.Errorf("logs and exec were asked %d times: the prober did not run", served)
+	}
+	// The pod's client: its token and trust hold throughout; a request
+	// fails (three tries, a second apart) only while an API server or
+	// its etcd restarts, or the pods restart.
+	asked, podFailed := 0, 0
+	path := steps.of("api server", "etcd", change.KindPods)
+	for _, r := range results {
+		asked++
+		if r.err == "" {
+			continue
+		}
+		podFailed++
+		if trustFailure(r.err) || !within(path, r.at, r.took) {
+			t.Errorf("a pod's client at %s, %s: %s", r.at.Format("15:04:05.000"), steps.at(r.at), r.err)
+		}
+	}
+	t.Logf("a pod's client through the rotation: %d asked, %d failed", asked, podFailed)
+	if asked < 40 {
+		t.Errorf("a pod's client was asked %d times: the prober did not run", asked)
+	}
+
 	if data, err = os.ReadFile(secrets); err != nil {
 		t.Fatal(err)
 	}
@@ -146,10 +244,15 @@ func rotation(t *testing.T, e *applyEnv, dir string) {
 	if e.b.Stage() != 0 || len(e.b.Rotating()) != 0 {
 		t.Errorf("the bundle apply --to-end left is at stage %d, rotating %v", e.b.Stage(), e.b.Rotating())
 	}
-	if out, err := kcompile(io.Discard, "apply", dir, "--work", e.work, "-s", secrets, "--to-end"); err != nil || !strings.Contains(out, "nothing to apply") {
-		t.Errorf("a second apply: %v\n%s", err, out)
+	out.Reset()
+	if err := kcompile(&out, io.Discard, "apply", dir, "--work", e.work, "-s", secrets, "--to-end"); err != nil || !strings.Contains(out.String(), "nothing to apply") {
+		t.Errorf("a second apply: %v\n%s", err, out.String())
 	}
-	k := stageAdmin(t, e, dir)
+	// The admin kubeconfig up named is the rotated cluster's.
+	k, tree := stageAdmin(t, e, dir)
+	if f, _ := tree.Get(layout.ClusterTree("admin.conf")); !bytes.Equal(must(os.ReadFile(e.c.Kubeconfig())), f.Data) {
+		t.Errorf("%s is not the rotated cluster's admin kubeconfig", e.c.Kubeconfig())
+	}
 	eventually(t, time.Minute, "every node Ready", func() error {
 		nodes, err := k.nodes(ctx)
 		if err != nil {
@@ -162,59 +265,359 @@ func rotation(t *testing.T, e *applyEnv, dir string) {
 		}
 		return nil
 	})
-	results := pr.stop()
-	asked, failed := 0, 0
-	for _, r := range results {
-		if slices.ContainsFunc(restarts, func(rs [2]time.Time) bool { return !r.at.Add(r.took).Before(rs[0]) && !r.at.After(rs[1]) }) {
-			continue
-		}
-		asked++
-		if r.err != "" {
-			failed++
-			t.Errorf("a pod's client at %s: %s", r.at.Format("15:04:05.000"), r.err)
-		}
-	}
-	t.Logf("a pod's client through the rotation: %d asked outside the API server's and etcd's restarts, %d failed", asked, failed)
-	if asked < 10 {
-		t.Errorf("a pod's client was asked %d times: the prober did not run", asked)
-	}
-	// No node holds a certificate of an old CA, or trusts one.
-	for _, n := range e.c.cfg.Cluster.Nodes {
-		files := []string{layout.ClusterCACert, layout.CertFile(layout.KubeletServingStem)}
-		if n.Name == "cp1" {
-			files = append(files, layout.CertFile(layout.APIServerStem), layout.EtcdCACert)
-		}
-		for _, f := range files {
-			out, err := e.c.Exec(ctx, n.Name, "cat", layout.Abs(f))
-			if err != nil {
-				t.Fatalf("%s: %v", n.Name, err)
+	// No node's file holds a certificate of an old CA, an old CA, or
+	// the old service-account key.
+	files := 0
+	for _, ns := range e.c.Status(ctx).Nodes {
+		root := fmt.Sprintf("/proc/%d/root", firstChild(ns.PID))
+		prefix := layout.NodeTree(ns.Name, "")
+		for _, f := range tree.Files() {
+			rel, ok := strings.CutPrefix(f.Path, prefix)
+			if !ok {
+				continue
 			}
-			for rest := out; ; {
-				var block *pem.Block
-				if block, rest = pem.Decode(rest); block == nil {
-					break
-				}
+			data, err := os.ReadFile(filepath.Join(root, filepath.FromSlash(rel)))
+			if err != nil {
+				t.Fatalf("%s: %v", ns.Name, err)
+			}
+			files++
+			for _, bad := range oldTrust(t, data, b0) {
+				t.Errorf("%s's /%s holds %s", ns.Name, rel, bad)
+			}
+		}
+	}
+	t.Logf("%d files of %d nodes read: none holds an old CA, its certificates or the old service-account key", files, len(e.c.Status(ctx).Nodes))
+	var ns corev1.Namespace
+	if err := old.get(ctx, "/api/v1/namespaces/default", &ns); err == nil {
+		t.Error("the old admin credentials are still accepted")
+	}
+	return k
+}
+
+// must is v, for an error the test has no use for: a read that fails
+// gives nil, which compares unequal to anything a test wants.
+func must(v []byte, _ error) []byte { return v }
+
+// oldTrust names what of b0 (the bundle before a rotation) data holds:
+// a certificate, as PEM or as a kubeconfig's base64 data, that is an old
+// CA or one it signed; a public key that is the old service-account
+// key's.
+func oldTrust(t *testing.T, data []byte, b0 *pki.Bundle) []string {
+	t.Helper()
+	blobs := [][]byte{data}
+	for _, m := range regexp.MustCompile(`(?m)(?:certificate-authority|client-certificate)-data: *"?([A-Za-z0-9+/=]+)`).FindAllSubmatch(data, -1) {
+		if d, err := base64.StdEncoding.DecodeString(string(m[1])); err == nil {
+			blobs = append(blobs, d)
+		}
+	}
+	saPub := b0.ServiceAccountKey.Public().(interface{ Equal(crypto.PublicKey) bool })
+	var found []string
+	for _, blob := range blobs {
+		for rest := blob; ; {
+			var block *pem.Block
+			if block, rest = pem.Decode(rest); block == nil {
+				break
+			}
+			switch block.Type {
+			case "CERTIFICATE":
 				cert, err := x509.ParseCertificate(block.Bytes)
 				if err != nil {
 					t.Fatal(err)
 				}
 				for _, a := range pki.Authorities() {
 					ca := b0.CAs[a].Cert
-					if cert.Equal(ca) || cert.CheckSignatureFrom(ca) == nil {
-						t.Errorf("%s's %s holds %q of the old %s", n.Name, f, cert.Subject.CommonName, a)
+					if cert.Equal(ca) {
+						found = append(found, "the old "+string(a))
+					} else if cert.CheckSignatureFrom(ca) == nil {
+						found = append(found, fmt.Sprintf("%q of the old %s", cert.Subject.CommonName, a))
 					}
+				}
+			case "PUBLIC KEY":
+				pub, err := x509.ParsePKIXPublicKey(block.Bytes)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if saPub.Equal(pub) {
+					found = append(found, "the old service-account key")
 				}
 			}
 		}
 	}
-	var ns corev1.Namespace
-	if err := old.get(ctx, "/api/v1/namespaces/default", &ns); err == nil {
-		t.Error("the old admin credentials are still accepted")
+	return found
+}
+
+// trustFailure says an error is a refusal of trust: a certificate or a
+// token refused, which no restart excuses.
+func trustFailure(err string) bool {
+	return regexp.MustCompile(`(?i)x509|certificate|tls:|unauthorized|forbidden|\b40[13]\b`).MatchString(err)
+}
+
+// stepTimes are the steps of apply, from its log, with when each began
+// and ended.
+type stepTimes struct {
+	nodes []string
+	mu    sync.Mutex
+	steps []stepTime
+}
+
+type stepTime struct {
+	kind     string
+	nodes    []string
+	from, to time.Time
+}
+
+// line takes one line of apply's log.
+func (s *stepTimes) line(l string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	rest, ok := strings.CutPrefix(l, "step ")
+	if !ok {
+		return
+	}
+	_, rest, ok = strings.Cut(rest, "/")
+	if !ok {
+		return
+	}
+	if strings.Contains(rest, " done in ") {
+		if n := len(s.steps); n > 0 && s.steps[n-1].to.IsZero() {
+			s.steps[n-1].to = now
+		}
+		return
+	}
+	_, what, ok := strings.Cut(rest, ": ")
+	if !ok {
+		return
+	}
+	f := strings.Fields(what)
+	var on []string
+	for len(f) > 0 && slices.Contains(s.nodes, f[len(f)-1]) {
+		on = append([]string{f[len(f)-1]}, on...)
+		f = f[:len(f)-1]
+	}
+	s.steps = append(s.steps, stepTime{kind: strings.Join(f, " "), nodes: on, from: now})
+}
+
+// String is the steps' timeline.
+func (s *stepTimes) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var b strings.Builder
+	for _, st := range s.steps {
+		fmt.Fprintf(&b, "\n%s-%s %s %s", st.from.Format("15:04:05.0"), st.to.Format("15:04:05.0"), st.kind, strings.Join(st.nodes, " "))
+	}
+	return b.String()
+}
+
+// of are the steps of the kinds.
+func (s *stepTimes) of(kinds ...string) []stepTime {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []stepTime
+	for _, st := range s.steps {
+		if slices.Contains(kinds, st.kind) {
+			out = append(out, st)
+		}
+	}
+	return out
+}
+
+// on are the steps of the kinds that touch node.
+func (s *stepTimes) on(node string, kinds ...string) []stepTime {
+	var out []stepTime
+	for _, st := range s.of(kinds...) {
+		if slices.Contains(st.nodes, node) {
+			out = append(out, st)
+		}
+	}
+	return out
+}
+
+// at names the step under way at t.
+func (s *stepTimes) at(t time.Time) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, st := range s.steps {
+		if !t.Before(st.from) && (st.to.IsZero() || !t.After(st.to)) {
+			return "during " + strings.TrimSpace(st.kind+" "+strings.Join(st.nodes, " "))
+		}
+	}
+	return "between steps"
+}
+
+// within says whether a request made at at, taking took, overlapped one
+// of the steps (a step's restart settles within 5 s of its end: an API
+// server's endpoint returns to kube-proxy's rules, HAProxy's check finds
+// it up).
+func within(steps []stepTime, at time.Time, took time.Duration) bool {
+	return slices.ContainsFunc(steps, func(st stepTime) bool {
+		end := st.to
+		if end.IsZero() {
+			end = time.Now()
+		}
+		return !at.Add(took).Before(st.from) && !at.After(end.Add(5*time.Second))
+	})
+}
+
+// kubeletProbe asks, every second, for a web pod's last log line and
+// for an exec in it (the echo's -h, which prints its usage), through
+// the API server, which reaches the pod's kubelet: the API server's
+// kubelet client certificate against the kubelet's client CA, the
+// kubelet's serving certificate against the API server's trust.
+type kubeletProbe struct {
+	mu      sync.Mutex
+	results []kubeletResult
+	cancel  context.CancelFunc
+	done    chan struct{}
+}
+
+type kubeletResult struct {
+	what, node string
+	at         time.Time
+	err        string
+}
+
+// startKubeletProbe probes with the kubeconfig at path, read again at
+// each round.
+func startKubeletProbe(ctx context.Context, path string) *kubeletProbe {
+	ctx, cancel := context.WithCancel(ctx)
+	p := &kubeletProbe{cancel: cancel, done: make(chan struct{})}
+	file := &kubeconfigFile{path: path}
+	go func() {
+		defer close(p.done)
+		for ctx.Err() == nil {
+			p.round(ctx, file)
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+		}
+	}()
+	return p
+}
+
+func (p *kubeletProbe) round(ctx context.Context, file *kubeconfigFile) {
+	k, data, err := file.kube()
+	if err != nil {
+		p.add(kubeletResult{what: "reading the kubeconfig", at: time.Now(), err: err.Error()})
+		return
+	}
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	var pods corev1.PodList
+	if err := k.get(rctx, "/api/v1/namespaces/default/pods?labelSelector="+url.QueryEscape("app=web"), &pods); err != nil {
+		return
+	}
+	// A pod that runs, ready, and is not going.
+	var pod *corev1.Pod
+	for i, pd := range pods.Items {
+		if pd.DeletionTimestamp == nil && pd.Status.Phase == corev1.PodRunning && podReady(pd) {
+			pod = &pods.Items[i]
+			break
+		}
+	}
+	if pod == nil {
+		return
+	}
+	gone := func() bool {
+		var now corev1.Pod
+		err := k.get(rctx, "/api/v1/namespaces/default/pods/"+pod.Name, &now)
+		return err != nil || now.DeletionTimestamp != nil || now.UID != pod.UID
+	}
+	at := time.Now()
+	_, err = k.do(rctx, http.MethodGet, "/api/v1/namespaces/default/pods/"+pod.Name+"/log?container=echo&tailLines=1", "", nil)
+	if err == nil || !gone() {
+		p.add(kubeletResult{what: "logs", node: pod.Spec.NodeName, at: at, err: errText(err)})
+	}
+	at = time.Now()
+	err = kubectlExec(rctx, data, pod.Name)
+	if err == nil || !gone() {
+		p.add(kubeletResult{what: "exec", node: pod.Spec.NodeName, at: at, err: errText(err)})
 	}
 }
 
-// stageAdmin is a client with the admin kubeconfig dir builds with e.b.
-func stageAdmin(t *testing.T, e *applyEnv, dir string) *kube {
+func (p *kubeletProbe) add(r kubeletResult) {
+	p.mu.Lock()
+	p.results = append(p.results, r)
+	p.mu.Unlock()
+}
+
+func (p *kubeletProbe) stop() []kubeletResult {
+	p.cancel()
+	<-p.done
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.results)
+}
+
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+func podReady(p corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// kubectlExec runs the echo's -h in pod's echo container as kubectl exec
+// does (client-go's WebSocket executor, the kubeconfig's credentials),
+// and holds it to its usage on stderr.
+func kubectlExec(ctx context.Context, kubeconfig []byte, pod string) error {
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(kubeconfig)
+	if err != nil {
+		return err
+	}
+	q := url.Values{"container": {"echo"}, "command": {"/echo", "-h"}, "stdout": {"true"}, "stderr": {"true"}}
+	ex, err := remotecommand.NewWebSocketExecutor(cfg, http.MethodGet, strings.TrimSuffix(cfg.Host, "/")+"/api/v1/namespaces/default/pods/"+pod+"/exec?"+q.Encode())
+	if err != nil {
+		return err
+	}
+	var stdout, stderr bytes.Buffer
+	if err := ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &stdout, Stderr: &stderr}); err != nil {
+		return err
+	}
+	if !strings.Contains(stderr.String(), "-listen") {
+		return fmt.Errorf("the exec printed %q and %q, not the echo's usage", stdout.String(), stderr.String())
+	}
+	return nil
+}
+
+// kubeconfigFile is a kubeconfig read again at each use, as kubectl
+// reads it at each run: a client of its latest content.
+type kubeconfigFile struct {
+	path string
+	mu   sync.Mutex
+	data []byte
+	k    *kube
+}
+
+func (f *kubeconfigFile) kube() (*kube, []byte, error) {
+	data, err := os.ReadFile(f.path)
+	if err != nil {
+		return nil, nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.k == nil || !bytes.Equal(data, f.data) {
+		k, err := newKube(data)
+		if err != nil {
+			return nil, nil, err
+		}
+		f.data, f.k = data, k
+	}
+	return f.k, f.data, nil
+}
+
+// stageAdmin is a client with the admin kubeconfig dir builds with e.b,
+// and the build.
+func stageAdmin(t *testing.T, e *applyEnv, dir string) (*kube, *targets.Tree) {
 	t.Helper()
 	data, diags := compiler.Concrete(compiler.Source{Dir: dir})
 	if diags.HasErrors() {
@@ -236,7 +639,7 @@ func stageAdmin(t *testing.T, e *applyEnv, dir string) *kube {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return k
+	return k, tree
 }
 
 // podAsksAPI has a web pod ask the API (the echo's /api) at u and holds

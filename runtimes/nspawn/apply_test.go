@@ -6,6 +6,7 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -419,8 +420,6 @@ func TestUpApply(t *testing.T) {
 	}
 	// The service CIDR moves, over SSH too.
 	movedDir := serviceMove(t, e, k, newDir, map[string]string{"access.cue": access, "pods.cue": pods})
-	// Every CA and the service-account key rotate, stage by stage.
-	rotation(t, e, movedDir)
 	// A host whose key is not the known one is refused.
 	e.ssh.HostKeys = ssh.FixedHostKey(signer.PublicKey())
 	if err := e.apply(ctx, e.plan(movedDir), movedDir, &stopAt{}, "", false, false); err == nil || !strings.Contains(err.Error(), "host key mismatch") {
@@ -435,26 +434,54 @@ type steady struct {
 	mu       sync.Mutex
 	ok, fail int
 	errs     []string
+	failures []steadyFailure
 	last     time.Time
 	longest  time.Duration
 	// unavailable are the samples in which the Deployment had no
 	// available replica or the budget's healthy pods were below its
 	// minimum.
 	unavailable []string
-	cancel      context.CancelFunc
-	done        chan struct{}
+	// notReady are the samples of Nodes (startSteadyFrom's) in which one
+	// was not Ready.
+	notReady []string
+	cancel   context.CancelFunc
+	done     chan struct{}
+}
+
+type steadyFailure struct {
+	at  time.Time
+	err string
 }
 
 func startSteady(ctx context.Context, k *kube, deployment, budget string) *steady {
+	return startSteadyWith(ctx, func() (*kube, error) { return k, nil }, false, deployment, budget)
+}
+
+// startSteadyFrom is startSteady with the kubeconfig at path, read again
+// at each request as kubectl reads it at each run, that also samples
+// the Nodes.
+func startSteadyFrom(ctx context.Context, path, deployment, budget string) *steady {
+	f := &kubeconfigFile{path: path}
+	return startSteadyWith(ctx, func() (*kube, error) {
+		k, _, err := f.kube()
+		return k, err
+	}, true, deployment, budget)
+}
+
+func startSteadyWith(ctx context.Context, client func() (*kube, error), nodes bool, deployment, budget string) *steady {
 	ctx, cancel := context.WithCancel(ctx)
 	s := &steady{cancel: cancel, done: make(chan struct{}), last: time.Now()}
 	go func() {
 		defer close(s.done)
 		for i := 0; ctx.Err() == nil; i++ {
-			rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-			var ns corev1.Namespace
-			err := k.get(rctx, "/api/v1/namespaces/default", &ns)
-			cancel()
+			began := time.Now()
+			k, err := client()
+			if err == nil {
+				rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+				var ns corev1.Namespace
+				err = k.get(rctx, "/api/v1/namespaces/default", &ns)
+				cancel()
+			}
 			now := time.Now()
 			s.mu.Lock()
 			if err == nil {
@@ -464,21 +491,38 @@ func startSteady(ctx context.Context, k *kube, deployment, budget string) *stead
 			} else if ctx.Err() == nil {
 				s.fail++
 				s.errs = append(s.errs, now.Format("15:04:05.000")+" "+err.Error())
+				s.failures = append(s.failures, steadyFailure{at: began, err: err.Error()})
 			}
 			s.mu.Unlock()
 			if err == nil && i%5 == 0 {
 				var d appsv1.Deployment
 				var pdb policyv1.PodDisruptionBudget
+				var list corev1.NodeList
 				rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 				errD := k.get(rctx, "/apis/apps/v1/namespaces/default/deployments/"+deployment, &d)
 				errP := k.get(rctx, "/apis/policy/v1/namespaces/default/poddisruptionbudgets/"+budget, &pdb)
+				errN := errors.New("not asked")
+				if nodes {
+					errN = k.get(rctx, "/api/v1/nodes", &list)
+				}
 				cancel()
+				s.mu.Lock()
 				if errD == nil && errP == nil && (d.Status.AvailableReplicas < 1 || pdb.Status.CurrentHealthy < pdb.Status.DesiredHealthy) {
-					s.mu.Lock()
 					s.unavailable = append(s.unavailable, fmt.Sprintf("%s: %d available, %d healthy of %d desired",
 						now.Format("15:04:05.000"), d.Status.AvailableReplicas, pdb.Status.CurrentHealthy, pdb.Status.DesiredHealthy))
-					s.mu.Unlock()
 				}
+				for _, n := range list.Items {
+					if errN == nil && !nodeReady(n) {
+						why := ""
+						for _, c := range n.Status.Conditions {
+							if c.Type == corev1.NodeReady {
+								why = fmt.Sprintf(" (%s: %s, since %s)", c.Reason, c.Message, c.LastTransitionTime.Format("15:04:05"))
+							}
+						}
+						s.notReady = append(s.notReady, now.Format("15:04:05.000")+" "+n.Name+why)
+					}
+				}
+				s.mu.Unlock()
 			}
 			select {
 			case <-ctx.Done():
@@ -585,9 +629,9 @@ func kubeletsAgainst(t *testing.T, c *Cluster, node string) (checked int, newer 
 // containerd never restarted, and that every component runs 1.37.2 at
 // the end, the Nodes' labels and taints and the nodes' files the new
 // build's. The upgraded cluster then goes through the VIP drill
-// (vipFailover) and has its machines changed (growAndShrink): one
-// cluster for the three, as booting one takes a minute and a half of
-// CI's 25.
+// (vipFailover), has every CA and its service-account key rotated
+// (rotation) and its machines changed (growAndShrink): one cluster for
+// the four, as booting one takes a minute and a half of CI's 25.
 func TestUpApplyVersionHA(t *testing.T) {
 	// The change also moves the pools' labels and taints, which a
 	// restarted kubelet does not: the plan's labels step sets them.
@@ -720,8 +764,13 @@ func TestUpApplyVersionHA(t *testing.T) {
 	if t.Failed() {
 		return
 	}
+	// Every CA and the service-account key rotate, stage by stage.
+	k = rotation(t, e, dir)
+	if t.Failed() {
+		return
+	}
 	// The upgraded cluster changes machines: those apply adds boot the
-	// programs it was given, not up's older ones.
+	// programs it was given, not up's older ones, and the rotated PKI.
 	growAndShrink(t, e, k, dir, ".bin/node", "v1.37.2")
 }
 

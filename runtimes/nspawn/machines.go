@@ -1,6 +1,7 @@
 package nspawn
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/kcompile/kcompile/compiler"
 	"github.com/kcompile/kcompile/compiler/ir"
+	"github.com/kcompile/kcompile/internal/writer"
 	"github.com/kcompile/kcompile/layout"
 	"github.com/kcompile/kcompile/pipeline"
 	"github.com/kcompile/kcompile/targets"
@@ -79,6 +81,49 @@ func WriteNodeTree(work string, tree *targets.Tree, node string) error {
 		return err
 	}
 	return os.Rename(tmp, dir)
+}
+
+// writeClusterFiles brings the cluster part of the tree up wrote into
+// the work directory (the kubeconfigs up names, the addons) to tree's,
+// the state a step of apply left, removing those only prev had: the
+// admin kubeconfig up named keeps reaching the cluster through a
+// rotation, whose end trusts the new CAs only. A cluster of no such
+// tree (bare metal, through SSH) has nothing to bring.
+func writeClusterFiles(work string, prev, tree *targets.Tree) error {
+	root := filepath.Join(work, "tree")
+	if _, err := os.Stat(root); err != nil {
+		return nil
+	}
+	prefix := layout.ClusterTree("")
+	for _, f := range tree.Files() {
+		if !strings.HasPrefix(f.Path, prefix) {
+			continue
+		}
+		p := filepath.Join(root, filepath.FromSlash(f.Path))
+		if data, err := os.ReadFile(p); err == nil && bytes.Equal(data, f.Data) {
+			continue
+		}
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return err
+		}
+		// Written 0600 and renamed into place, then given its mode: a
+		// reader finds the old file or the new one.
+		if err := writer.PrivateFile(p, f.Data); err != nil {
+			return err
+		}
+		if err := os.Chmod(p, f.Mode.Perm()); err != nil {
+			return err
+		}
+	}
+	for _, f := range prev.Files() {
+		if _, ok := tree.Get(f.Path); ok || !strings.HasPrefix(f.Path, prefix) {
+			continue
+		}
+		if err := os.Remove(filepath.Join(root, filepath.FromSlash(f.Path))); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
+	return nil
 }
 
 // MachineRequest asks a running up to boot a machine for one node of a

@@ -17,6 +17,11 @@ import (
 // halt of a control-plane node never waits out a watch.
 const apiServerWatchTermination = 10 * time.Second
 
+// apiServerShutdownDelay is how long a stopping API server of several
+// serves on after it fails /readyz: HAProxy's checks find it down
+// within haproxyFall of them, one a haproxyCheckInterval.
+const apiServerShutdownDelay = (haproxyFall + 1) * haproxyCheckInterval
+
 // flag renders --name=value.
 func flag(name, value string) string { return "--" + name + "=" + value }
 
@@ -140,6 +145,17 @@ func apiServerArgs(c *ir.Cluster, n ir.Node, l placement) []string {
 		flag("tls-min-version", "VersionTLS12"),
 		flag("tls-private-key-file", l.at(layout.KeyFile(layout.APIServerStem))),
 	)
+	if len(apiServers(c)) > 1 {
+		// A stopping API server fails /readyz and takes its address
+		// out of the kubernetes Service at once, but serves on for this
+		// long: the endpoint's balancers find it down (HAProxy after
+		// haproxyFall checks) and kube-proxy drops it before it stops
+		// listening, and they hold a restarted one out until it is ready.
+		// Without it, connections are refused while it restarts, and
+		// balanced to it once it listens, before its authorizer has
+		// synced (an admin's exec refused with 403).
+		args = append(args, flag("shutdown-delay-duration", apiServerShutdownDelay.String()))
+	}
 	if c.Security.EncryptionAtRest {
 		args = append(args, flag("encryption-provider-config", l.at(layout.EncryptionConfig)))
 	}

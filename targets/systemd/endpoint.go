@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/kcompile/kcompile/compiler/ir"
 	"github.com/kcompile/kcompile/internal/unitfile"
@@ -103,6 +104,13 @@ func apiServers(c *ir.Cluster) []ir.Node {
 	return out
 }
 
+// HAProxy checks each API server's /readyz every haproxyCheckInterval
+// and takes one out after haproxyFall failed checks in a row.
+const (
+	haproxyCheckInterval = time.Second
+	haproxyFall          = 3
+)
+
 // haproxyConfig balances the endpoint to every API server: TCP, so that
 // TLS and client certificates reach the API servers unchanged, with
 // health checks of /readyz over TLS with the endpoint-health client
@@ -153,7 +161,7 @@ func haproxyConfig(c *ir.Cluster, l placement) ([]byte, error) {
 	// apart (an etcd election makes every /readyz fail for a moment, and
 	// a server marked down takes all of them down), and back after one;
 	// its connections are closed so that clients reconnect elsewhere.
-	w.line(1, "default-server", "inter", "1s", "fall", "3", "rise", "1", "on-marked-down", "shutdown-sessions",
+	w.line(1, "default-server", "inter", haproxyCheckInterval.String(), "fall", strconv.Itoa(haproxyFall), "rise", "1", "on-marked-down", "shutdown-sessions",
 		"check", "check-ssl", "verify", "required", "verifyhost", "kubernetes",
 		"ca-file", l.at(layout.ClusterCACert), "crt", l.at(layout.CertFile(layout.EndpointHealthStem)))
 	for _, n := range apiServers(c) {
@@ -270,6 +278,14 @@ func endpointUnits(c *ir.Cluster, n ir.Node, l placement) []UnitFile {
 			unitfile.Exec("ExecStartPre", "", layout.Abs(layout.HAProxyProgram), "-c", "-q", "-f", cfg),
 			// Master-worker with sd_notify, as the distribution's unit.
 			unitfile.Exec("ExecStart", "", layout.Abs(layout.HAProxyProgram), "-Ws", "-f", cfg),
+			// A reload (kcompile apply's, where only the configuration or
+			// the certificates changed) starts new workers from the
+			// checked configuration while the old ones finish their
+			// connections: a restart would reset every connection
+			// through the endpoint and, where it holds the VIP, refuse
+			// new ones until HAProxy listens again.
+			unitfile.Exec("ExecReload", "", layout.Abs(layout.HAProxyProgram), "-c", "-q", "-f", cfg),
+			{Key: "ExecReload", Command: &unitfile.Command{Argv: []string{layout.Abs(layout.Kill), "-USR2"}, MainPID: true}},
 			{Key: "Type", Value: "notify"},
 			{Key: "KillMode", Value: "mixed"},
 			{Key: "SuccessExitStatus", Value: "143"},
