@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -48,7 +50,45 @@ func TestMain(m *testing.M) {
 	if addr := os.Getenv(serveChild); addr != "" {
 		os.Exit(serveUntilEOF(addr))
 	}
+	sweepKilledRuns()
 	os.Exit(m.Run())
+}
+
+// sweepKilledRuns downs the clusters of earlier runs of these tests that
+// were killed (kill -9 of go test, a timeout's panic) before their
+// cleanups ran: their bridges hold node networks the tests share, and
+// every boot test would stop at up's preflight. Only a cluster whose
+// work directory is a test's temporary directory and whose up is gone
+// is taken, by its journal as `kcompile down` would.
+func sweepKilledRuns() {
+	out, err := exec.Command("ip", "-j", "link", "show").Output()
+	if err != nil {
+		return
+	}
+	var links []struct {
+		Alias string `json:"ifalias"`
+	}
+	if json.Unmarshal(out, &links) != nil {
+		return
+	}
+	for _, l := range links {
+		work, ok := aliasWork(l.Alias)
+		rel, err := filepath.Rel(os.TempDir(), work)
+		if !ok || err != nil || !strings.HasPrefix(rel, "Test") {
+			continue
+		}
+		if s, err := ReadState(work); err != nil || s.Owner.alive() {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		err = Down(ctx, work, io.Discard)
+		cancel()
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "the cluster of a killed test run in %s: %v\n", work, err)
+			continue
+		}
+		fmt.Fprintf(os.Stderr, "removed the cluster of a killed test run in %s\n", work)
+	}
 }
 
 // upChild boots the spec as kcompile up does and runs it until a signal,

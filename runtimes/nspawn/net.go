@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 )
@@ -65,6 +66,22 @@ func deleteLink(name string) error {
 		return nil
 	}
 	return err
+}
+
+// bridgeAlias starts the alias up gives its bridge, followed by the work
+// directory: a bridge left by an up that was killed (its journal never
+// undone) is then named with the one command that removes it, by the
+// next up's preflight and by the boot tests' sweep.
+const bridgeAlias = "kcompile up --work "
+
+// maxAlias is the kernel's limit on an interface alias (IFALIASZ less
+// its terminating NUL).
+const maxAlias = 255
+
+// aliasWork is the work directory an alias of up's names.
+func aliasWork(alias string) (string, bool) {
+	work, ok := strings.CutPrefix(alias, bridgeAlias)
+	return work, ok && filepath.IsAbs(work)
 }
 
 // mtuArg is an MTU as ip takes it.

@@ -21,6 +21,9 @@ type preflight struct {
 	// netns is the named network namespace the host is read in: "" is
 	// the host's own; the tests make conditions in one of their own.
 	netns string
+	// earlier maps the bridges of other ups (by their alias) to their
+	// work directories.
+	earlier map[string]string
 }
 
 // findings are preflight's results: errors stop up, warnings are said.
@@ -49,6 +52,10 @@ func (h preflight) output(ctx context.Context, name string, args ...string) ([]b
 // listen on.
 func (h preflight) check(ctx context.Context, networks []netip.Prefix, listen []service) (findings, error) {
 	var f findings
+	var err error
+	if h.earlier, err = h.upBridges(ctx); err != nil {
+		return f, err
+	}
 	for _, step := range []func(context.Context, []netip.Prefix, *findings) error{h.addresses, h.routes, h.rules} {
 		if err := step(ctx, networks, &f); err != nil {
 			return f, err
@@ -97,12 +104,54 @@ func (h preflight) addresses(ctx context.Context, networks []netip.Prefix, f *fi
 				continue
 			}
 			p := netip.PrefixFrom(addr, a.PrefixLen).Masked()
-			if nw, ok := overlapping(p, networks); ok {
-				f.errors = append(f.errors, fmt.Sprintf("interface %s has the address %s/%d, in or around the node network %s: up would give the same addresses to its bridge and machines; change the spec's network.nodes, or remove the address (ip addr del %s/%d dev %s)", l.Name, a.Local, a.PrefixLen, nw, a.Local, a.PrefixLen, l.Name))
+			nw, ok := overlapping(p, networks)
+			if !ok {
+				continue
 			}
+			if work, ours := h.earlier[l.Name]; ours {
+				f.errors = append(f.errors, earlierUp(l.Name, work, nw))
+				break
+			}
+			f.errors = append(f.errors, fmt.Sprintf("interface %s has the address %s/%d, in or around the node network %s: up would give the same addresses to its bridge and machines; change the spec's network.nodes, or remove the address (ip addr del %s/%d dev %s)", l.Name, a.Local, a.PrefixLen, nw, a.Local, a.PrefixLen, l.Name))
 		}
 	}
 	return nil
+}
+
+// upBridges reads the aliases of the host's devices for the bridges
+// other ups made.
+func (h preflight) upBridges(ctx context.Context) (map[string]string, error) {
+	out, err := h.output(ctx, "ip", "-j", "link", "show")
+	if err != nil {
+		return nil, err
+	}
+	var links []struct {
+		Name  string `json:"ifname"`
+		Alias string `json:"ifalias"`
+	}
+	if err := json.Unmarshal(out, &links); err != nil {
+		return nil, fmt.Errorf("ip -j link: %v", err)
+	}
+	bridges := map[string]string{}
+	for _, l := range links {
+		if work, ok := aliasWork(l.Alias); ok && strings.HasPrefix(l.Name, namePrefix) {
+			bridges[l.Name] = work
+		}
+	}
+	return bridges, nil
+}
+
+// earlierUp is the finding for the bridge of another up in a node
+// network: one line for the device, its addresses and routes, with the
+// command that removes all it made.
+func earlierUp(link, work string, nw netip.Prefix) string {
+	state := "its up is gone (killed, or the host went down) without undoing what it made"
+	if s, err := ReadState(work); err != nil {
+		state = fmt.Sprintf("its journal cannot be read (%v)", err)
+	} else if s.Owner.alive() {
+		state = fmt.Sprintf("its up (pid %d) still runs cluster %s", s.Owner.PID, s.Cluster)
+	}
+	return fmt.Sprintf("interface %s, in the node network %s, is the bridge of the kcompile up whose work directory is %s, and %s: `kcompile down --work %s` removes it and everything else that up made, or change the spec's network.nodes", link, nw, work, state, work)
 }
 
 // routes finds routes of any table (blackholes and unreachables too)
@@ -132,7 +181,7 @@ func (h preflight) routes(ctx context.Context, networks []netip.Prefix, f *findi
 				continue
 			}
 			nw, ok := overlapping(dst, networks)
-			if !ok {
+			if _, ours := h.earlier[r.Dev]; !ok || ours {
 				continue
 			}
 			what := "a route to " + r.Dst

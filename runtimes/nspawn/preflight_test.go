@@ -1,12 +1,14 @@
 package nspawn
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/netip"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -100,6 +102,43 @@ func TestPreflightAddressOnAnInterface(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantOne(t, f.errors, "error", "interface kca has the address 10.9.0.5/24", "node network 10.9.0.0/25", "network.nodes", "ip addr del 10.9.0.5/24 dev kca")
+}
+
+// TestPreflightEarlierUp: the bridge of an up killed before it undid
+// anything is one finding, naming its work directory, whether its up
+// still runs, and the down that removes it, not a line for each of its
+// addresses and routes.
+func TestPreflightEarlierUp(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		owner Resource
+		says  string
+	}{
+		{"gone", Resource{Kind: KindProcess, Name: "kcompile up", PID: 1 << 22, Start: 1}, "its up is gone"},
+		{"running", Resource{Kind: KindProcess, Name: "kcompile up", PID: os.Getpid(), Start: processStart(os.Getpid())}, fmt.Sprintf("its up (pid %d) still runs cluster demo", os.Getpid())},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			work := t.TempDir()
+			data, err := json.Marshal(State{Cluster: "demo", Owner: tc.owner, Resources: []Resource{{Kind: KindLink, Name: "kcfeed00"}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(work, StateName), data, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			h := hostNetns(t,
+				[]string{"ip", "link", "add", "kcfeed00", "type", "bridge"},
+				[]string{"ip", "link", "set", "dev", "kcfeed00", "alias", bridgeAlias + work},
+				[]string{"ip", "addr", "add", "10.9.0.1/24", "dev", "kcfeed00"},
+				[]string{"ip", "addr", "add", "10.9.0.2/24", "dev", "kcfeed00"},
+				[]string{"ip", "link", "set", "kcfeed00", "up"})
+			f, err := h.check(t.Context(), prefixes("10.9.0.0/24"), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantOne(t, f.errors, "error", "interface kcfeed00, in the node network 10.9.0.0/24, is the bridge of the kcompile up whose work directory is "+work, tc.says, "`kcompile down --work "+work+"`")
+		})
+	}
 }
 
 func TestPreflightRoutesOfEveryTable(t *testing.T) {

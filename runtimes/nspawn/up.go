@@ -757,6 +757,11 @@ func (c *Cluster) bridge() error {
 	if err := ip("link", "add", p.bridge, "mtu", mtuArg(p.mtu), "type", "bridge"); err != nil {
 		return err
 	}
+	if alias := bridgeAlias + c.cfg.Work; len(alias) <= maxAlias {
+		if err := ip("link", "set", "dev", p.bridge, "alias", alias); err != nil {
+			return err
+		}
+	}
 	addrs := slices.Clone(p.gateways)
 	for _, extra := range []netip.Addr{p.endpoint.Addr(), c.mirror.Addr()} {
 		if !extra.IsValid() {
