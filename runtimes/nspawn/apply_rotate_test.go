@@ -211,6 +211,32 @@ func rotation(t *testing.T, e *applyEnv, dir string) *kube {
 	for _, k := range slices.Sorted(maps.Keys(where)) {
 		t.Logf("  %d %s, first: %s", len(where[k]), k, where[k][0])
 	}
+	// Each step's outage of a kind of request, first failure to last:
+	// a kubelet restarting is away a second or two (it was 26 s on a
+	// node booted again with its last boot's cgroups), an API server
+	// that stops fails what it had in flight.
+	span := map[string][2]time.Time{}
+	for _, r := range probed {
+		if r.err == "" {
+			continue
+		}
+		k := r.what + " of a pod on " + r.node + " " + steps.at(r.at)
+		sp, ok := span[k]
+		if !ok {
+			sp[0] = r.at
+		}
+		sp[1] = r.at
+		span[k] = sp
+	}
+	var longest time.Duration
+	for k, sp := range span {
+		gap := sp[1].Sub(sp[0])
+		longest = max(longest, gap)
+		if gap > 3*time.Second {
+			t.Errorf("%s failed for %s (%d requests): longer than a restart", k, gap.Round(100*time.Millisecond), len(where[k]))
+		}
+	}
+	t.Logf("logs and exec: longest outage in one step %s", longest.Round(100*time.Millisecond))
 	if served < 40 {
 		t.Errorf("logs and exec were asked %d times: the prober did not run", served)
 	}
@@ -268,7 +294,13 @@ func rotation(t *testing.T, e *applyEnv, dir string) *kube {
 	// No node's file holds a certificate of an old CA, an old CA, or
 	// the old service-account key.
 	files := 0
-	for _, ns := range e.c.Status(ctx).Nodes {
+	st := e.c.Status(ctx)
+	// up's status reads etcd with the credentials the nodes have now,
+	// not the boot's, which no member trusts any more.
+	if st.EtcdLeader == "" {
+		t.Error("after the rotation, up's status names no etcd leader")
+	}
+	for _, ns := range st.Nodes {
 		root := fmt.Sprintf("/proc/%d/root", firstChild(ns.PID))
 		prefix := layout.NodeTree(ns.Name, "")
 		for _, f := range tree.Files() {
@@ -286,7 +318,7 @@ func rotation(t *testing.T, e *applyEnv, dir string) *kube {
 			}
 		}
 	}
-	t.Logf("%d files of %d nodes read: none holds an old CA, its certificates or the old service-account key", files, len(e.c.Status(ctx).Nodes))
+	t.Logf("%d files of %d nodes read: none holds an old CA, its certificates or the old service-account key", files, len(st.Nodes))
 	var ns corev1.Namespace
 	if err := old.get(ctx, "/api/v1/namespaces/default", &ns); err == nil {
 		t.Error("the old admin credentials are still accepted")

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/kcompile/kcompile/compiler/ir"
+	"github.com/kcompile/kcompile/layout"
 )
 
 // ControlSocket is where a running up answers `kcompile node`, under
@@ -194,10 +195,13 @@ func (c *Cluster) Status(ctx context.Context) Status {
 			}
 		}
 	}
-	if c.kube != nil {
-		s.Unpullable = c.kube.unpullable(ctx)
+	if k := c.liveKube(); k != nil {
+		s.Unpullable = k.unpullable(ctx)
+		if k != c.kube {
+			k.http.CloseIdleConnections()
+		}
 	}
-	if etcd, err := c.etcdClient(); err == nil {
+	if etcd, err := c.liveEtcdClient(); err == nil {
 		for _, mem := range live.Etcd.Members {
 			if etcd.leads(ctx, mem.ClientURL()) {
 				s.EtcdLeader = mem.Name
@@ -206,6 +210,18 @@ func (c *Cluster) Status(ctx context.Context) Status {
 		}
 	}
 	return s
+}
+
+// liveKube is a client of the API with the super-admin kubeconfig the
+// work directory has now (apply rewrites it at each step of a rotation),
+// the boot's when it cannot be read.
+func (c *Cluster) liveKube() *kube {
+	if data, err := os.ReadFile(filepath.Join(c.cfg.Work, "tree", layout.ClusterTree("super-admin.conf"))); err == nil {
+		if k, err := newKube(data); err == nil {
+			return k
+		}
+	}
+	return c.kube
 }
 
 // leads says whether the member at clientURL reports itself leader.

@@ -209,7 +209,8 @@ func TestLeakCheckSees(t *testing.T) {
 }
 
 // TestMachineCgroups: a machine's cgroups are made in every hierarchy of
-// this host (a cpuset group able to take a process), a process started
+// this host (a cpuset group able to take a process), emptied of its last
+// boot's when it boots again, a process started
 // the way a machine's is lands in them, and down removes them after
 // ending that process, as after a crash of up that orphaned a machine.
 func TestMachineCgroups(t *testing.T) {
@@ -231,10 +232,24 @@ func TestMachineCgroups(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Again, as when the machine boots a second time: nothing new.
+	// Again, as when the machine boots a second time: nothing new, and
+	// nothing of its last boot's below its own.
+	for _, d := range dirs {
+		if err := os.MkdirAll(filepath.Join(d, "kubepods.slice", "cri-containerd-1.scope"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
 	n := len(c.j.state.Resources)
 	if again, err := c.makeCgroups(m); err != nil || !slices.Equal(again, dirs) || len(c.j.state.Resources) != n {
 		t.Fatalf("a second boot: %v, %d entries, %d before", err, len(c.j.state.Resources), n)
+	}
+	for _, d := range dirs {
+		if _, err := os.Stat(filepath.Join(d, "kubepods.slice")); !os.IsNotExist(err) {
+			t.Errorf("a second boot finds %s of the last: %v", filepath.Join(d, "kubepods.slice"), err)
+		}
+		if _, err := os.Stat(d); err != nil {
+			t.Errorf("a second boot lost its own cgroup: %v", err)
+		}
 	}
 	if len(dirs) != len(c.adjust.cgroups) || n != 2*len(dirs) {
 		t.Fatalf("cgroups %v, journal %+v", dirs, c.j.state.Resources)

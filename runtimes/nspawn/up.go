@@ -1123,34 +1123,56 @@ func etcdClientOf(cl *ir.Cluster, tree *targets.Tree) (*etcdHealth, error) {
 		if !n.Runs(ir.ComponentAPIServer) {
 			continue
 		}
-		get := func(p string) ([]byte, error) {
+		return etcdClientFrom(func(p string) ([]byte, error) {
 			f, ok := tree.Get(layout.NodeTree(n.Name, p))
 			if !ok {
 				return nil, fmt.Errorf("node %s has no %s", n.Name, p)
 			}
 			return f.Data, nil
-		}
-		crt, err := get(layout.CertFile(layout.APIServerEtcdClientStem))
-		if err != nil {
-			return nil, err
-		}
-		key, err := get(layout.KeyFile(layout.APIServerEtcdClientStem))
-		if err != nil {
-			return nil, err
-		}
-		ca, err := get(layout.EtcdCACert)
-		if err != nil {
-			return nil, err
-		}
-		cert, err := tls.X509KeyPair(crt, key)
-		if err != nil {
-			return nil, err
-		}
-		pool := x509.NewCertPool()
-		pool.AppendCertsFromPEM(ca)
-		return &etcdHealth{http: &http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}}}}, nil
+		})
 	}
 	return nil, errors.New("no control-plane node")
+}
+
+// liveEtcdClient is a client of etcd with the credentials a running
+// machine's API server has now, read from its root: after apply rotated
+// the CAs, those of the boot are no longer trusted.
+func (c *Cluster) liveEtcdClient() (*etcdHealth, error) {
+	for _, m := range c.machines() {
+		pid := m.leader()
+		if pid == 0 || !m.node.Runs(ir.ComponentAPIServer) {
+			continue
+		}
+		root := fmt.Sprintf("/proc/%d/root", pid)
+		if e, err := etcdClientFrom(func(p string) ([]byte, error) { return os.ReadFile(filepath.Join(root, p)) }); err == nil {
+			return e, nil
+		}
+	}
+	return nil, errors.New("no running control-plane machine has its etcd credentials")
+}
+
+// etcdClientFrom is a client of etcd with the API server's etcd client
+// certificate and the etcd CA that get reads by their paths on a node.
+func etcdClientFrom(get func(p string) ([]byte, error)) (*etcdHealth, error) {
+	crt, err := get(layout.CertFile(layout.APIServerEtcdClientStem))
+	if err != nil {
+		return nil, err
+	}
+	key, err := get(layout.KeyFile(layout.APIServerEtcdClientStem))
+	if err != nil {
+		return nil, err
+	}
+	ca, err := get(layout.EtcdCACert)
+	if err != nil {
+		return nil, err
+	}
+	cert, err := tls.X509KeyPair(crt, key)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca)
+	return &etcdHealth{http: &http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}}}}, nil
 }
 
 // addonManifest is one file of the cluster tree's addons, by its name
