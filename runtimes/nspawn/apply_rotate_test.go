@@ -215,25 +215,31 @@ func rotation(t *testing.T, e *applyEnv, dir string) *kube {
 	// a kubelet restarting is away a second or two (it was 26 s on a
 	// node booted again with its last boot's cgroups), an API server
 	// that stops fails what it had in flight.
-	span := map[string][2]time.Time{}
+	type outage struct {
+		what        string
+		first, last time.Time
+		n           int
+	}
+	spans := map[string]*outage{}
 	for _, r := range probed {
 		if r.err == "" {
 			continue
 		}
-		k := r.what + " of a pod on " + r.node + " " + steps.at(r.at)
-		sp, ok := span[k]
+		what := r.what + " of a pod on " + r.node + " " + steps.at(r.at)
+		k := fmt.Sprintf("%s #%d", what, steps.index(r.at))
+		o, ok := spans[k]
 		if !ok {
-			sp[0] = r.at
+			o = &outage{what: what, first: r.at}
+			spans[k] = o
 		}
-		sp[1] = r.at
-		span[k] = sp
+		o.last, o.n = r.at, o.n+1
 	}
 	var longest time.Duration
-	for k, sp := range span {
-		gap := sp[1].Sub(sp[0])
+	for _, o := range spans {
+		gap := o.last.Sub(o.first)
 		longest = max(longest, gap)
 		if gap > 3*time.Second {
-			t.Errorf("%s failed for %s (%d requests): longer than a restart", k, gap.Round(100*time.Millisecond), len(where[k]))
+			t.Errorf("%s failed for %s (%d requests, from %s): longer than a restart", o.what, gap.Round(100*time.Millisecond), o.n, o.first.Format("15:04:05.000"))
 		}
 	}
 	t.Logf("logs and exec: longest outage in one step %s", longest.Round(100*time.Millisecond))
@@ -467,14 +473,26 @@ func (s *stepTimes) on(node string, kinds ...string) []stepTime {
 
 // at names the step under way at t.
 func (s *stepTimes) at(t time.Time) string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, st := range s.steps {
-		if !t.Before(st.from) && (st.to.IsZero() || !t.After(st.to)) {
-			return "during " + strings.TrimSpace(st.kind+" "+strings.Join(st.nodes, " "))
-		}
+	if i := s.index(t); i >= 0 {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		st := s.steps[i]
+		return "during " + strings.TrimSpace(st.kind+" "+strings.Join(st.nodes, " "))
 	}
 	return "between steps"
+}
+
+// index is the place in the run of the step under way at t, -1 when
+// none is: steps of the same name come once a stage.
+func (s *stepTimes) index(t time.Time) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, st := range s.steps {
+		if !t.Before(st.from) && (st.to.IsZero() || !t.After(st.to)) {
+			return i
+		}
+	}
+	return -1
 }
 
 // within says whether a request made at at, taking took, overlapped one
