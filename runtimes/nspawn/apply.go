@@ -234,6 +234,11 @@ type applier struct {
 	// reached over it.
 	addrs map[string]string
 	conns map[string]nodeAccess
+	// apiServerFresh are the nodes whose API server this apply started
+	// again around its etcd member, with every file of the node laid
+	// before: a later step of the API server's own with nothing new to
+	// lay on the node has it running what it would restart it for.
+	apiServerFresh map[string]bool
 }
 
 // Apply performs the plan on the cluster up runs, step by step: for
@@ -250,7 +255,7 @@ func Apply(ctx context.Context, cfg ApplyConfig) error {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	a := &applier{cfg: cfg, machines: map[string]int{}, addrs: map[string]string{}, conns: map[string]nodeAccess{}}
+	a := &applier{cfg: cfg, machines: map[string]int{}, addrs: map[string]string{}, conns: map[string]nodeAccess{}, apiServerFresh: map[string]bool{}}
 	defer a.closeAll()
 	for _, n := range cfg.Old.Nodes {
 		a.addrs[n.Name] = n.Address().String()
@@ -645,6 +650,9 @@ func (a *applier) step(ctx context.Context, s change.Step, prevC, c *ir.Cluster,
 				return fmt.Errorf("node %s: %v", name, err)
 			}
 		}
+		if len(changed)+len(removed)+len(binaries[name]) > 0 {
+			delete(a.apiServerFresh, name)
+		}
 		a.log("  %s: laid %d files%s", name, len(changed), listed(changed, removed))
 		for _, b := range binaries[name] {
 			if err := at.install(ctx, filepath.Join(a.cfg.Binaries, filepath.Base(b.Path)), b.Path); err != nil {
@@ -725,6 +733,11 @@ func (a *applier) step(ctx context.Context, s change.Step, prevC, c *ir.Cluster,
 				}
 				a.log("  %s: kube-apiserver.service stopped while etcd.service restarted", name)
 				apiServerStopped[name] = true
+				a.apiServerFresh[name] = true
+				continue
+			}
+			if u == "kube-apiserver.service" && a.apiServerFresh[name] {
+				a.log("  %s: kube-apiserver.service runs these files already: started again with its etcd member, nothing laid since", name)
 				continue
 			}
 			if reloads(prev, tree, name, u) {
@@ -739,7 +752,9 @@ func (a *applier) step(ctx context.Context, s change.Step, prevC, c *ir.Cluster,
 			}
 		}
 		restarted[name] = a.cfg.Now()
-		if r := slices.DeleteFunc(slices.Clone(s.Restarts), func(u string) bool { return reloads(prev, tree, name, u) }); len(r) > 0 {
+		if r := slices.DeleteFunc(slices.Clone(s.Restarts), func(u string) bool {
+			return reloads(prev, tree, name, u) || u == "kube-apiserver.service" && a.apiServerFresh[name] && !apiServerStopped[name]
+		}); len(r) > 0 {
 			a.log("  %s: restarted %s", name, strings.Join(r, ", "))
 		}
 	}

@@ -30,6 +30,7 @@ func TestHeartbeat(t *testing.T) {
 		return n
 	}
 	before := runtime.NumGoroutine()
+	began := time.Now()
 	k.start(context.Background())
 	k.start(context.Background())
 	if k.stopped() {
@@ -41,10 +42,12 @@ func TestHeartbeat(t *testing.T) {
 	time.Sleep(530 * time.Millisecond)
 	k.stop()
 	got := renewals()
-	// Ten periods and a jitter of up to a tenth: 9 or 10 renewals, not
-	// twice that.
-	if got < 8 || got > 11 {
-		t.Errorf("%d renewals in ten periods", got)
+	// One renewal a period, not two (started twice); a loaded machine
+	// fires the timers late, so fewer, but not fewer than half: the
+	// periods counted are those that passed, not those slept.
+	periods := int(time.Since(began) / k.renewEvery)
+	if got > periods+1 || got < periods/2 {
+		t.Errorf("%d renewals in %d periods", got, periods)
 	}
 	if !k.stopped() {
 		t.Error("a stopped kubelet reports running")
