@@ -603,9 +603,10 @@ func (a *applier) step(ctx context.Context, s change.Step, prevC, c *ir.Cluster,
 			for _, b := range binaries[name] {
 				a.log("  would lay %s on %s (%s)", b.Path, name, b.Version)
 			}
+			reloads := reloading(prev, tree, name, s.Restarts)
 			var restart, reload []string
 			for _, u := range s.Restarts {
-				if reloads(prev, tree, name, u) {
+				if reloads[u] {
 					reload = append(reload, u)
 				} else {
 					restart = append(restart, u)
@@ -679,6 +680,10 @@ func (a *applier) step(ctx context.Context, s change.Step, prevC, c *ir.Cluster,
 			a.log("  %s: removed the kubelet's link to its current client certificate: it takes the kubeconfig's new one", name)
 		}
 		began[name] = a.cfg.Now()
+		reloads := reloading(prev, tree, name, s.Restarts)
+		// The units reloaded or left running, which the log does not
+		// call restarted.
+		kept := map[string]bool{}
 		for _, u := range s.Restarts {
 			if lease := leaderLease(u); lease != "" {
 				// A controller holds its leader lease until it runs out
@@ -738,13 +743,15 @@ func (a *applier) step(ctx context.Context, s change.Step, prevC, c *ir.Cluster,
 			}
 			if u == "kube-apiserver.service" && a.apiServerFresh[name] {
 				a.log("  %s: kube-apiserver.service runs these files already: started again with its etcd member, nothing laid since", name)
+				kept[u] = true
 				continue
 			}
-			if reloads(prev, tree, name, u) {
+			if reloads[u] {
 				if out, err := a.run(ctx, name, "systemctl", "reload", u); err != nil {
 					return fmt.Errorf("node %s: reloading %s: %v: %s", name, u, err, out)
 				}
 				a.log("  %s: reloaded %s (its unit unchanged: its connections stay)", name, u)
+				kept[u] = true
 				continue
 			}
 			if _, err := a.run(ctx, name, "systemctl", "restart", u); err != nil {
@@ -752,9 +759,7 @@ func (a *applier) step(ctx context.Context, s change.Step, prevC, c *ir.Cluster,
 			}
 		}
 		restarted[name] = a.cfg.Now()
-		if r := slices.DeleteFunc(slices.Clone(s.Restarts), func(u string) bool {
-			return reloads(prev, tree, name, u) || u == "kube-apiserver.service" && a.apiServerFresh[name] && !apiServerStopped[name]
-		}); len(r) > 0 {
+		if r := slices.DeleteFunc(slices.Clone(s.Restarts), func(u string) bool { return kept[u] }); len(r) > 0 {
 			a.log("  %s: restarted %s", name, strings.Join(r, ", "))
 		}
 	}
@@ -790,24 +795,41 @@ func drainTimeout(s change.Step) time.Duration {
 	return 5 * time.Minute
 }
 
-// reloads says whether apply reloads unit u of node name rather than
-// restarts it: the step leaves the unit's own files (its unit and
-// drop-ins) as they were, and the unit has a reload command (HAProxy's,
-// which starts new workers from the new configuration and certificates
-// while the old ones finish their connections).
-func reloads(prev, tree *targets.Tree, name, u string) bool {
-	unit := layout.NodeTree(name, layout.UnitDir+u)
-	files := func(t *targets.Tree) map[string]string {
-		out := map[string]string{}
+// reloading are the units of node name that apply reloads rather than
+// restarts: the step leaves a unit's own files (its unit and drop-ins)
+// as they were, and the unit has a reload command (HAProxy's, which
+// starts new workers from the new configuration and certificates while
+// the old ones finish their connections). Each tree is read once for
+// all of them.
+func reloading(prev, tree *targets.Tree, name string, units []string) map[string]bool {
+	unitDir := layout.NodeTree(name, layout.UnitDir)
+	// files are the unit's own files of t, by unit.
+	files := func(t *targets.Tree) map[string]map[string]string {
+		out := map[string]map[string]string{}
 		for _, f := range t.Files() {
-			if f.Path == unit || strings.HasPrefix(f.Path, unit+".d/") {
-				out[f.Path] = string(f.Data)
+			rel, ok := strings.CutPrefix(f.Path, unitDir)
+			if !ok {
+				continue
+			}
+			u, _, _ := strings.Cut(rel, "/")
+			u = strings.TrimSuffix(u, ".d")
+			if slices.Contains(units, u) {
+				if out[u] == nil {
+					out[u] = map[string]string{}
+				}
+				out[u][f.Path] = string(f.Data)
 			}
 		}
 		return out
 	}
-	is := files(tree)
-	return maps.Equal(files(prev), is) && strings.Contains(is[unit], "\nExecReload=")
+	was, is := files(prev), files(tree)
+	out := map[string]bool{}
+	for _, u := range units {
+		if maps.Equal(was[u], is[u]) && strings.Contains(is[u][unitDir+u], "\nExecReload=") {
+			out[u] = true
+		}
+	}
+	return out
 }
 
 // execStart is the command of a unit file with one ExecStart= and no

@@ -13,8 +13,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-
-	"github.com/kcompile/kcompile/compiler"
 )
 
 // quorumWatch asks etcd every 250 ms for its members (through the first
@@ -101,13 +99,9 @@ func (q *quorumWatch) stop() {
 // and a second apply finds the nodes' files to be the new build.
 func growAndShrink(t *testing.T, e *applyEnv, k *kube, dir, binaries, version string) {
 	ctx := context.Background()
-	// etcd's client of the cluster as the spec and e.b build it (the
-	// rotated PKI, after rotation), not of the tree up booted.
-	cl, tree, err := e.build(compiler.Source{Dir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	etcd, err := etcdClientOf(cl, tree)
+	// With the credentials the machines have now (after the rotation,
+	// no member trusts the boot's).
+	etcd, err := e.c.liveEtcdClient()
 	if err != nil {
 		t.Fatal(err)
 	}

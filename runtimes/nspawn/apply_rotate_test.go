@@ -189,7 +189,18 @@ func rotation(t *testing.T, e *applyEnv, dir string) *kube {
 	}
 	// Logs and exec, served by the pod's kubelet: a failure only while
 	// an API server (or its etcd), or the pod's kubelet, restarts, or
-	// the pod goes.
+	// the pod goes. Where they failed (by step name, with the first
+	// error: the steps that still cost a kubelet-served request), and
+	// each step's outage of a kind of request, first failure to last
+	// in that run of the step: a kubelet restarting is away a second or
+	// two (it was 26 s on a node booted again with its last boot's
+	// cgroups), an API server that stops fails what it had in flight.
+	type outage struct {
+		what        string
+		first, last time.Time
+		n           int
+	}
+	where, spans := map[string][]string{}, map[string]*outage{}
 	served, failed := 0, 0
 	for _, r := range probed {
 		served++
@@ -202,35 +213,8 @@ func rotation(t *testing.T, e *applyEnv, dir string) *kube {
 		if trustFailure(r.err) || !within(path, r.at, 0) {
 			t.Errorf("%s of a pod on %s at %s, %s: %s", r.what, r.node, r.at.Format("15:04:05.000"), steps.at(r.at), r.err)
 		}
-	}
-	t.Logf("logs and exec through the kubelets: %d asked, %d failed", served, failed)
-	// Where they failed, and the first error of each place: the steps
-	// that still cost a kubelet-served request.
-	where := map[string][]string{}
-	for _, r := range probed {
-		if r.err != "" {
-			k := r.what + " of a pod on " + r.node + " " + steps.at(r.at)
-			where[k] = append(where[k], r.err)
-		}
-	}
-	for _, k := range slices.Sorted(maps.Keys(where)) {
-		t.Logf("  %d %s, first: %s", len(where[k]), k, where[k][0])
-	}
-	// Each step's outage of a kind of request, first failure to last:
-	// a kubelet restarting is away a second or two (it was 26 s on a
-	// node booted again with its last boot's cgroups), an API server
-	// that stops fails what it had in flight.
-	type outage struct {
-		what        string
-		first, last time.Time
-		n           int
-	}
-	spans := map[string]*outage{}
-	for _, r := range probed {
-		if r.err == "" {
-			continue
-		}
 		what := r.what + " of a pod on " + r.node + " " + steps.at(r.at)
+		where[what] = append(where[what], r.err)
 		k := fmt.Sprintf("%s #%d", what, steps.index(r.at))
 		o, ok := spans[k]
 		if !ok {
@@ -238,6 +222,10 @@ func rotation(t *testing.T, e *applyEnv, dir string) *kube {
 			spans[k] = o
 		}
 		o.last, o.n = r.at, o.n+1
+	}
+	t.Logf("logs and exec through the kubelets: %d asked, %d failed", served, failed)
+	for _, k := range slices.Sorted(maps.Keys(where)) {
+		t.Logf("  %d %s, first: %s", len(where[k]), k, where[k][0])
 	}
 	var longest time.Duration
 	for _, o := range spans {
@@ -312,14 +300,14 @@ func rotation(t *testing.T, e *applyEnv, dir string) *kube {
 		t.Error("after the rotation, up's status names no etcd leader")
 	}
 	for _, ns := range st.Nodes {
-		root := fmt.Sprintf("/proc/%d/root", firstChild(ns.PID))
+		at := machineAccess{name: ns.Name, pid: firstChild(ns.PID)}
 		prefix := layout.NodeTree(ns.Name, "")
 		for _, f := range tree.Files() {
 			rel, ok := strings.CutPrefix(f.Path, prefix)
 			if !ok {
 				continue
 			}
-			data, err := os.ReadFile(filepath.Join(root, filepath.FromSlash(rel)))
+			data, err := at.read(ctx, rel)
 			if err != nil {
 				t.Fatalf("%s: %v", ns.Name, err)
 			}

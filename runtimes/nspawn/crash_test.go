@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -61,20 +60,13 @@ func TestMain(m *testing.M) {
 // work directory is a test's temporary directory and whose up is gone
 // is taken, by its journal as `kcompile down` would.
 func sweepKilledRuns() {
-	out, err := exec.Command("ip", "-j", "link", "show").Output()
+	bridges, err := preflight{}.upBridges(context.Background())
 	if err != nil {
 		return
 	}
-	var links []struct {
-		Alias string `json:"ifalias"`
-	}
-	if json.Unmarshal(out, &links) != nil {
-		return
-	}
-	for _, l := range links {
-		work, ok := aliasWork(l.Alias)
+	for _, work := range bridges {
 		rel, err := filepath.Rel(os.TempDir(), work)
-		if !ok || err != nil || !strings.HasPrefix(rel, "Test") {
+		if err != nil || !strings.HasPrefix(rel, "Test") {
 			continue
 		}
 		if s, err := ReadState(work); err != nil || s.Owner.alive() {

@@ -14,7 +14,6 @@ import (
 
 	"github.com/kcompile/kcompile/compiler"
 	"github.com/kcompile/kcompile/compiler/ir"
-	"github.com/kcompile/kcompile/internal/writer"
 	"github.com/kcompile/kcompile/layout"
 	"github.com/kcompile/kcompile/pipeline"
 	"github.com/kcompile/kcompile/targets"
@@ -99,19 +98,11 @@ func writeClusterFiles(work string, prev, tree *targets.Tree) error {
 		if !strings.HasPrefix(f.Path, prefix) {
 			continue
 		}
-		p := filepath.Join(root, filepath.FromSlash(f.Path))
-		if data, err := os.ReadFile(p); err == nil && bytes.Equal(data, f.Data) {
+		if data, err := os.ReadFile(filepath.Join(root, filepath.FromSlash(f.Path))); err == nil && bytes.Equal(data, f.Data) {
 			continue
 		}
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			return err
-		}
-		// Written 0600 and renamed into place, then given its mode: a
-		// reader finds the old file or the new one.
-		if err := writer.PrivateFile(p, f.Data); err != nil {
-			return err
-		}
-		if err := os.Chmod(p, f.Mode.Perm()); err != nil {
+		// Renamed into place: a reader finds the old file or the new one.
+		if err := writeInto(root, f); err != nil {
 			return err
 		}
 	}

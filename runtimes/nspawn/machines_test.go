@@ -75,7 +75,7 @@ func TestReloads(t *testing.T) {
 	unit := layout.NodeTree("cp1", layout.UnitDir+"haproxy.service")
 	dropIn := layout.NodeTree("cp1", layout.UnitDropIn("haproxy.service", "up.conf"))
 	cfg := layout.NodeTree("cp1", layout.HAProxyConfig)
-	reloading := "[Service]\nExecStart=/usr/sbin/haproxy -Ws -f /etc/haproxy/haproxy.cfg\nExecReload=/bin/kill -USR2 $MAINPID\n"
+	withReload := "[Service]\nExecStart=/usr/sbin/haproxy -Ws -f /etc/haproxy/haproxy.cfg\nExecReload=/bin/kill -USR2 $MAINPID\n"
 	tree := func(files map[string]string) *targets.Tree {
 		tr := targets.NewTree()
 		for p, data := range files {
@@ -90,13 +90,13 @@ func TestReloads(t *testing.T) {
 		prev, next map[string]string
 		want       bool
 	}{
-		{"the configuration changed", map[string]string{unit: reloading, cfg: "a"}, map[string]string{unit: reloading, cfg: "b"}, true},
-		{"the unit changed", map[string]string{unit: reloading}, map[string]string{unit: reloading + "Nice=1\n"}, false},
-		{"a drop-in changed", map[string]string{unit: reloading, dropIn: "a"}, map[string]string{unit: reloading, dropIn: "b"}, false},
+		{"the configuration changed", map[string]string{unit: withReload, cfg: "a"}, map[string]string{unit: withReload, cfg: "b"}, true},
+		{"the unit changed", map[string]string{unit: withReload}, map[string]string{unit: withReload + "Nice=1\n"}, false},
+		{"a drop-in changed", map[string]string{unit: withReload, dropIn: "a"}, map[string]string{unit: withReload, dropIn: "b"}, false},
 		{"a unit that does not reload", map[string]string{unit: "[Service]\nExecStart=/bin/true\n"}, map[string]string{unit: "[Service]\nExecStart=/bin/true\n"}, false},
-		{"a new unit", map[string]string{}, map[string]string{unit: reloading}, false},
+		{"a new unit", map[string]string{}, map[string]string{unit: withReload}, false},
 	} {
-		if got := reloads(tree(tc.prev), tree(tc.next), "cp1", "haproxy.service"); got != tc.want {
+		if got := reloading(tree(tc.prev), tree(tc.next), "cp1", []string{"haproxy.service"})["haproxy.service"]; got != tc.want {
 			t.Errorf("%s: reloads %v, want %v", tc.name, got, tc.want)
 		}
 	}

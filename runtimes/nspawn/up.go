@@ -1143,8 +1143,8 @@ func (c *Cluster) liveEtcdClient() (*etcdHealth, error) {
 		if pid == 0 || !m.node.Runs(ir.ComponentAPIServer) {
 			continue
 		}
-		root := fmt.Sprintf("/proc/%d/root", pid)
-		if e, err := etcdClientFrom(func(p string) ([]byte, error) { return os.ReadFile(filepath.Join(root, p)) }); err == nil {
+		at := machineAccess{name: m.name, pid: pid}
+		if e, err := etcdClientFrom(func(p string) ([]byte, error) { return at.read(context.Background(), p) }); err == nil {
 			return e, nil
 		}
 	}
