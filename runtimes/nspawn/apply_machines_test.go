@@ -141,7 +141,8 @@ func growAndShrink(t *testing.T, e *applyEnv, k *kube, dir, binaries, version st
 		err := e.apply(ctx, p, to, log, binaries, false, false)
 		client.stop()
 		q.stop()
-		t.Logf("%s: apply took %s:\n%s", name, time.Since(begin).Round(time.Second), log)
+		t.Logf("%s: apply took %s", name, time.Since(begin).Round(time.Second))
+		e.detail("%s's apply:\n%s", name, log)
 		t.Logf("%s: API through the VIP: %d answered, %d failed, longest wait %s; failures: %q", name, client.ok, client.fail, client.longest.Round(10*time.Millisecond), client.errs)
 		t.Logf("%s: etcd sampled %d times, memberships seen %v", name, q.samples, slices.Sorted(maps.Keys(q.sizes)))
 		if err != nil {

@@ -147,13 +147,14 @@ func rotation(t *testing.T, e *applyEnv, dir string) *kube {
 		}
 		t.Fatalf("kcompile apply --to-end: %v\n%s\n%s", err, out.String(), log)
 	}
-	t.Logf("the rotation took %s:\n%s\n%s", time.Since(began).Round(time.Second), out.String(), log)
+	t.Logf("the rotation took %s", time.Since(began).Round(time.Second))
+	e.detail("the rotation's apply:\n%s\n%s", out.String(), log)
 	// Each stage's etcd step starts each API server again with its
 	// node's new files: its own step has nothing left to restart.
 	if n, want := strings.Count(log.String(), "kube-apiserver.service runs these files already"), 3*3; n != want {
 		t.Errorf("%d API server steps found their API server running the stage's files, want %d (one per control-plane node and stage)", n, want)
 	}
-	t.Logf("its steps: %s", steps)
+	e.detail("its steps: %s", steps)
 	if n := strings.Count(out.String(), "every gate held"); n != 3 {
 		t.Errorf("apply --to-end rolled out %d stages, want 3", n)
 	}
@@ -174,7 +175,7 @@ func rotation(t *testing.T, e *applyEnv, dir string) *kube {
 	}
 	t.Logf("the API through the VIP: %d answered, %d failed, longest wait %s; failures: %q", client.ok, client.fail, client.longest.Round(10*time.Millisecond), client.errs)
 	for _, f := range client.failures {
-		if trustFailure(f.err) || !within(restarts, f.at, 0) {
+		if trustFailure(f.err) || !within(restarts, f.at, f.took) {
 			t.Errorf("the API through the VIP failed at %s, %s: %s", f.at.Format("15:04:05.000"), steps.at(f.at), f.err)
 		}
 	}
@@ -210,8 +211,8 @@ func rotation(t *testing.T, e *applyEnv, dir string) *kube {
 		failed++
 		path := steps.of("api server", "etcd")
 		path = append(path, steps.on(r.node, "node", "workers")...)
-		if trustFailure(r.err) || !within(path, r.at, 0) {
-			t.Errorf("%s of a pod on %s at %s, %s: %s", r.what, r.node, r.at.Format("15:04:05.000"), steps.at(r.at), r.err)
+		if trustFailure(r.err) || !within(path, r.at, r.took) {
+			t.Errorf("%s of a pod on %s at %s (%s in flight), %s: %s", r.what, r.node, r.at.Format("15:04:05.000"), r.took.Round(time.Millisecond), steps.at(r.at), r.err)
 		}
 		what := r.what + " of a pod on " + r.node + " " + steps.at(r.at)
 		where[what] = append(where[what], r.err)
@@ -516,8 +517,12 @@ type kubeletProbe struct {
 
 type kubeletResult struct {
 	what, node string
-	at         time.Time
-	err        string
+	// at is when the request was sent, took how long it was in flight:
+	// one sent just before a step fails while the step restarts what it
+	// passes through.
+	at   time.Time
+	took time.Duration
+	err  string
 }
 
 // startKubeletProbe probes with the kubeconfig at path, read again at
@@ -570,12 +575,12 @@ func (p *kubeletProbe) round(ctx context.Context, file *kubeconfigFile) {
 	at := time.Now()
 	_, err = k.do(rctx, http.MethodGet, "/api/v1/namespaces/default/pods/"+pod.Name+"/log?container=echo&tailLines=1", "", nil)
 	if err == nil || !gone() {
-		p.add(kubeletResult{what: "logs", node: pod.Spec.NodeName, at: at, err: errText(err)})
+		p.add(kubeletResult{what: "logs", node: pod.Spec.NodeName, at: at, took: time.Since(at), err: errText(err)})
 	}
 	at = time.Now()
 	err = kubectlExec(rctx, data, pod.Name)
 	if err == nil || !gone() {
-		p.add(kubeletResult{what: "exec", node: pod.Spec.NodeName, at: at, err: errText(err)})
+		p.add(kubeletResult{what: "exec", node: pod.Spec.NodeName, at: at, took: time.Since(at), err: errText(err)})
 	}
 }
 

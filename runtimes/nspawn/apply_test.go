@@ -81,6 +81,16 @@ type applyEnv struct {
 	issued  time.Time
 	// ssh, when set, is how apply reaches the nodes.
 	ssh *SSH
+	// details are long logs (apply's, step by step) a failed test
+	// prints after its failures and up's log: CI shows the head and
+	// the tail of a long output, and they would push the failures out
+	// of both.
+	details []string
+}
+
+// detail keeps a long log for a failed test's end.
+func (e *applyEnv) detail(format string, args ...any) {
+	e.details = append(e.details, fmt.Sprintf(format, args...))
 }
 
 // bootForApply boots the spec in dir from its systemd trees with the
@@ -95,6 +105,14 @@ func bootForApply(t *testing.T, dir, binaries string) *applyEnv {
 func bootForApplyFrom(t *testing.T, dir, binaries string, target pipeline.Target) *applyEnv {
 	t.Helper()
 	e := &applyEnv{t: t, issued: time.Now().Truncate(time.Second)}
+	// Registered before up's, so run after it: cleanups run last first.
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, d := range e.details {
+				t.Log(d)
+			}
+		}
+	})
 	var err error
 	if e.b, err = pki.New(rand.Reader, e.issued, pki.NewOptions{Algorithm: pki.ECDSAP256, CAValidity: 10 * 365 * 24 * time.Hour}); err != nil {
 		t.Fatal(err)
@@ -449,8 +467,10 @@ type steady struct {
 }
 
 type steadyFailure struct {
-	at  time.Time
-	err string
+	// at is when the request was sent, took how long until it failed.
+	at   time.Time
+	took time.Duration
+	err  string
 }
 
 func startSteady(ctx context.Context, k *kube, deployment, budget string) *steady {
@@ -491,7 +511,7 @@ func startSteadyWith(ctx context.Context, client func() (*kube, error), nodes bo
 			} else if ctx.Err() == nil {
 				s.fail++
 				s.errs = append(s.errs, now.Format("15:04:05.000")+" "+err.Error())
-				s.failures = append(s.failures, steadyFailure{at: began, err: err.Error()})
+				s.failures = append(s.failures, steadyFailure{at: began, took: now.Sub(began), err: err.Error()})
 			}
 			s.mu.Unlock()
 			if err == nil && i%5 == 0 {
@@ -689,7 +709,8 @@ func TestUpApplyVersionHA(t *testing.T) {
 	begin := time.Now()
 	err := e.apply(ctx, p, dir, log, ".bin/node", false, false)
 	client.stop()
-	t.Logf("apply took %s:\n%s", time.Since(begin).Round(time.Second), log)
+	t.Logf("apply took %s", time.Since(begin).Round(time.Second))
+	e.detail("the upgrade's apply:\n%s", log)
 	t.Logf("API through the VIP: %d answered, %d failed, longest wait %s; failures: %q", client.ok, client.fail, client.longest.Round(10*time.Millisecond), client.errs)
 	if err != nil {
 		t.Fatalf("apply: %v", err)

@@ -122,6 +122,9 @@ func clearCgroup(dir string) error {
 // first, ending any process still in one (a machine orphaned by a crash
 // of up). A cgroup already gone is no error.
 func removeCgroup(dir string) error {
+	if err := thawCgroup(dir); err != nil {
+		return err
+	}
 	var dirs []string
 	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -145,6 +148,62 @@ func removeCgroup(dir string) error {
 		}
 		if err := syscall.Rmdir(d); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("cgroup %s: %v", d, err)
+		}
+	}
+	return nil
+}
+
+// thawCgroup lets every process of dir, and of the cgroups at dir's
+// place in the other hierarchies, run again, so that a kill ends them. A
+// frozen process takes no signal: runc freezes a container's cgroup
+// while it sets the container's device rules, and a runc killed in the
+// middle (its machine shutting down) leaves it frozen; down then waited
+// on a runc init no SIGKILL reached, and the machine's shutdown with it.
+func thawCgroup(dir string) error {
+	mounts, err := os.ReadFile("/proc/self/mounts")
+	if err != nil {
+		return err
+	}
+	hierarchies := readCgroupMounts(mounts)
+	// dir's place: its path below the hierarchy it is in (the longest
+	// mount that holds it: a v2 hierarchy may be mounted at cgroupRoot
+	// itself).
+	own := ""
+	for _, h := range hierarchies {
+		if strings.HasPrefix(dir, h.dir+"/") && len(h.dir) > len(own) {
+			own = h.dir
+		}
+	}
+	if own == "" {
+		return nil
+	}
+	rel := strings.TrimPrefix(dir, own+"/")
+	for _, h := range hierarchies {
+		err := filepath.WalkDir(filepath.Join(h.dir, rel), func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				if errors.Is(err, fs.ErrNotExist) {
+					return nil
+				}
+				return err
+			}
+			if !d.IsDir() {
+				return nil
+			}
+			// cgroup v1's freezer controller, and cgroup v2's own.
+			for file, thawed := range map[string]string{"freezer.state": "THAWED", "cgroup.freeze": "0"} {
+				f := filepath.Join(p, file)
+				state, err := os.ReadFile(f)
+				if err != nil || strings.TrimSpace(string(state)) == thawed {
+					continue
+				}
+				if err := os.WriteFile(f, []byte(thawed), 0o644); err != nil {
+					return fmt.Errorf("thawing cgroup %s: %v", p, err)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
 		}
 	}
 	return nil

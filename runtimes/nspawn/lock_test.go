@@ -210,9 +210,10 @@ func TestLeakCheckSees(t *testing.T) {
 
 // TestMachineCgroups: a machine's cgroups are made in every hierarchy of
 // this host (a cpuset group able to take a process), emptied of its last
-// boot's when it boots again, a process started
-// the way a machine's is lands in them, and down removes them after
-// ending that process, as after a crash of up that orphaned a machine.
+// boot's when it boots again, a process started the way a machine's is
+// lands in them, and down removes them after ending that process, as
+// after a crash of up that orphaned a machine, even with the process
+// frozen.
 func TestMachineCgroups(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Fatal("cgroups are made by root: run the test as root (CI does)")
@@ -274,8 +275,38 @@ func TestMachineCgroups(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// Frozen, as runc leaves a container's cgroup when it is killed
+	// while it sets the container's devices: a SIGKILL does not end the
+	// process until the cgroup is thawed.
+	frozen := 0
+	for _, d := range dirs {
+		for file, state := range map[string]string{"freezer.state": "FROZEN", "cgroup.freeze": "1"} {
+			if _, err := os.Stat(filepath.Join(d, file)); err != nil {
+				continue
+			}
+			if err := os.WriteFile(filepath.Join(d, file), []byte(state), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			frozen++
+		}
+	}
+	if frozen == 0 {
+		t.Fatalf("no hierarchy of %q can freeze a cgroup", dirs)
+	}
+	if err := sleeper.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-waited:
+		t.Fatal("the frozen process ended on a SIGKILL: the test freezes nothing")
+	case <-time.After(time.Second):
+	}
+	began := time.Now()
 	if err := Down(t.Context(), work, nil); err != nil {
 		t.Fatal(err)
+	}
+	if d := time.Since(began); d > 5*time.Second {
+		t.Errorf("down took %s to end a frozen machine's process", d.Round(100*time.Millisecond))
 	}
 	select {
 	case <-waited:
