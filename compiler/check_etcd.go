@@ -5,8 +5,11 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
+	"github.com/kcompile/kcompile/compiler/calendar"
 	"github.com/kcompile/kcompile/compiler/diag"
+	"github.com/kcompile/kcompile/layout"
 )
 
 const (
@@ -20,6 +23,11 @@ const (
 	CodeEtcdTooMany     = "KC0408"
 	CodeEtcdStackedAddr = "KC0409"
 	CodeEtcdJoining     = "KC0410"
+	CodeBackupSchedule  = "KC0411"
+	CodeBackupDirectory = "KC0412"
+	CodeBackupUpload    = "KC0413"
+	CodeBackupReach     = "KC0414"
+	CodeBackupNone      = "KC0415"
 )
 
 func etcdFamily() family {
@@ -34,6 +42,11 @@ func etcdFamily() family {
 		rule(CodeEtcdTooMany, diag.Warning, "etcd has more than 7 members: every write waits for a majority"),
 		rule(CodeEtcdStackedAddr, diag.Error, "a stacked etcd member sets its own address, MAC, zone or rack instead of its node's"),
 		rule(CodeEtcdJoining, diag.Error, "etcd.joining names no member of the cluster, or every member: a member joins one that runs"),
+		rule(CodeBackupSchedule, diag.Error, "etcd.backup.schedule is no calendar event systemd reads, or one that never elapses"),
+		rule(CodeBackupDirectory, diag.Error, "etcd.backup.directory is no clean absolute path, or lies in etcd's data directory or a system directory"),
+		rule(CodeBackupUpload, diag.Error, "etcd.backup.upload is no command: its program is no clean absolute path, or an argument holds a control character"),
+		rule(CodeBackupReach, diag.Warning, "the snapshots etcd.backup keeps reach back less than a day"),
+		rule(CodeBackupNone, diag.Warning, "a cluster labelled production takes no etcd snapshots"),
 	}}
 }
 
@@ -79,6 +92,7 @@ func checkEtcd(m *model) {
 	members := m.etcdMembers()
 	n := len(members)
 	checkJoining(m, members)
+	checkBackup(m)
 	if n == 0 || invalid {
 		// Counting the members that remain would misstate the topology
 		// the user wrote.
@@ -173,5 +187,73 @@ func checkJoining(m *model, members []etcdMember) {
 	if staying == 0 {
 		m.report(CodeEtcdJoining, "etcd.joining", "every etcd member is joining: none runs the cluster they would join",
 			"leave out of etcd.joining the members that bootstrap the cluster (a first boot joins none)")
+	}
+}
+
+// checkBackup checks etcd.backup, and its absence from a production
+// cluster. A schedule's reach is measured from its first elapse after
+// the epoch: a check reads no clock.
+func checkBackup(m *model) {
+	b := m.spec.Etcd.Backup
+	if b == nil {
+		for _, k := range sortedKeys(m.spec.Labels) {
+			if m.spec.Labels[k] == "production" {
+				m.report(CodeBackupNone, "labels."+quoteLabel(k), fmt.Sprintf("the cluster is labelled %s: production, and takes no etcd snapshots: losing its control-plane disks loses every object", k),
+					"set etcd.backup (etcd: backup: {} takes one twice a day on every member and keeps 5), and copy them off the machines with etcd.backup.upload")
+				return
+			}
+		}
+		return
+	}
+	if ev, err := calendar.Parse(b.Schedule); err != nil {
+		m.report(CodeBackupSchedule, "etcd.backup.schedule", err.Error(),
+			`write a systemd calendar event in UTC (systemd.time(7)): "daily", "*-*-* 00/12:00:00", "Mon..Fri 02:30"; systemd-analyze calendar checks one`)
+	} else if first, ok := ev.Next(time.Unix(0, 0)); !ok {
+		m.report(CodeBackupSchedule, "etcd.backup.schedule", fmt.Sprintf("%s never elapses: no snapshot would be taken", diag.Quote(b.Schedule)),
+			"name a day that exists (no 30 February) in a year to come")
+	} else if reach, _ := ev.Reach(first.Add(-time.Second), b.Retention); reach < 24*time.Hour {
+		hint := "take them less often: at this schedule no 1,000 snapshots reach a day"
+		if n, ok := ev.Needed(first.Add(-time.Second), 24*time.Hour, 1000); ok {
+			hint = fmt.Sprintf("keep %d (they reach a day at this schedule), or take them less often", n)
+		}
+		m.report(CodeBackupReach, "etcd.backup.retention", fmt.Sprintf("the %d snapshots kept at %s reach back %s: a mistake noticed the next morning is older than every one", b.Retention, diag.Quote(ev.String()), reach),
+			hint, "etcd.backup.schedule")
+	}
+	if why := pathProblem(b.Directory); why != "" {
+		m.report(CodeBackupDirectory, "etcd.backup.directory", fmt.Sprintf("etcd.backup.directory %s: %s", diag.Quote(b.Directory), why),
+			"write a clean absolute path of letters, digits and /._+-@:=, such as /var/lib/etcd-backup")
+	} else {
+		overlaps := false
+		// The operating system's directories, and etcd's own data.
+		for _, d := range []string{"/bin", "/boot", "/dev", "/etc", "/lib", "/lib64", "/proc", "/run", "/sbin", "/sys", "/tmp", "/usr", "/var/tmp", "/" + layout.EtcdDataDir} {
+			if b.Directory == d || strings.HasPrefix(b.Directory, d+"/") || strings.HasPrefix(d, b.Directory+"/") {
+				m.report(CodeBackupDirectory, "etcd.backup.directory", fmt.Sprintf("etcd.backup.directory %s overlaps %s: the backup unit makes it 0700 and prunes files in it", diag.Quote(b.Directory), d),
+					"give the snapshots a directory of their own, such as /var/lib/etcd-backup")
+				overlaps = true
+				break
+			}
+		}
+		// Directories that hold others' files: the unit would make them
+		// 0700.
+		if !overlaps && slices.Contains([]string{"/home", "/media", "/mnt", "/opt", "/root", "/srv", "/var", "/var/backups", "/var/cache", "/var/lib", "/var/log"}, b.Directory) {
+			m.report(CodeBackupDirectory, "etcd.backup.directory", fmt.Sprintf("etcd.backup.directory %s holds other programs' files: the backup unit makes it 0700 and prunes files in it", diag.Quote(b.Directory)),
+				"give the snapshots a directory of their own, such as "+b.Directory+"/etcd-backup")
+		}
+	}
+	for i, a := range b.Upload {
+		p := fmt.Sprintf("etcd.backup.upload[%d]", i)
+		if i == 0 {
+			if why := pathProblem(a); why != "" {
+				m.report(CodeBackupUpload, p, fmt.Sprintf("the upload program %s: %s", diag.Quote(a), why),
+					"name the program by its absolute path (/usr/local/bin/rclone): the unit runs it without a shell or a PATH")
+				break
+			}
+			continue
+		}
+		if j := strings.IndexFunc(a, func(r rune) bool { return r < 0x20 || r == 0x7f }); j >= 0 {
+			m.report(CodeBackupUpload, p, fmt.Sprintf("upload argument %d holds %s", i, describeRune([]rune(a[j:])[0])),
+				"write each argument on one line, without control characters")
+			break
+		}
 	}
 }

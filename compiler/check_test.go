@@ -273,6 +273,43 @@ workers: pools: w: {count: 23, firstAddress: "10.0.1.1"}`,
 			pass: haNet + `etcd: joining: ["cp2", "cp3"]`,
 			fail: haNet + `etcd: joining: ["cp1", "cp2", "cp3"]`,
 			path: "etcd.joining", pos: "14:16"},
+		{code: CodeBackupSchedule, // a time zone that depends on the node's database
+			pass: haNet + `etcd: backup: schedule: "daily UTC"`,
+			fail: haNet + `etcd: backup: schedule: "daily Europe/Paris"`,
+			path: "etcd.backup.schedule", pos: "14:25"},
+		{code: CodeBackupSchedule, // systemd reads it, and it never elapses
+			pass: haNet + `etcd: backup: {schedule: "*-02-28", retention: 2}`,
+			fail: haNet + `etcd: backup: {schedule: "*-02-30", retention: 2}`,
+			path: "etcd.backup.schedule", pos: "14:26"},
+		{code: CodeBackupDirectory, // etcd's own data
+			pass: haNet + `etcd: backup: directory: "/var/lib/etcd-backup"`,
+			fail: haNet + `etcd: backup: directory: "/var/lib/etcd/backup"`,
+			path: "etcd.backup.directory", pos: "14:26"},
+		{code: CodeBackupDirectory, // a directory of others' files
+			pass: haNet + `etcd: backup: directory: "/srv/etcd"`,
+			fail: haNet + `etcd: backup: directory: "/srv"`,
+			path: "etcd.backup.directory", pos: "14:26"},
+		{code: CodeBackupDirectory,
+			pass: haNet + `etcd: backup: directory: "/backup/etcd"`,
+			fail: haNet + `etcd: backup: directory: "/backup/../etc"`,
+			path: "etcd.backup.directory", pos: "14:26"},
+		{code: CodeBackupUpload, // a program found on no PATH
+			pass: haNet + `etcd: backup: upload: ["/usr/bin/rclone", "copy", "--", "remote:etcd"]`,
+			fail: haNet + `etcd: backup: upload: ["rclone", "copy", "--", "remote:etcd"]`,
+			path: "etcd.backup.upload[0]", pos: "14:24"},
+		{code: CodeBackupUpload,
+			pass: haNet + `etcd: backup: upload: ["/usr/bin/rclone", "copy", "remote:etcd"]`,
+			fail: haNet + `etcd: backup: upload: ["/usr/bin/rclone", "copy", "remote:etcd\n"]`,
+			path: "etcd.backup.upload[2]", pos: "14:51"},
+		{code: CodeBackupReach, // 5 hourly snapshots reach 4 hours
+			pass: haNet + `etcd: backup: {schedule: "hourly", retention: 25}`,
+			fail: haNet + `etcd: backup: {schedule: "hourly", retention: 5}`,
+			path: "etcd.backup.retention", pos: "14:47"},
+		{code: CodeBackupNone,
+			pass: haNet + `labels: environment: "production"
+etcd: backup: {}`,
+			fail: haNet + `labels: environment: "production"`,
+			path: "labels.environment", pos: "14:22"},
 
 		// control plane
 		{code: CodeNoControlPlane, // nothing is written under controlPlane: reported at the package clause

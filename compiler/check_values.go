@@ -180,6 +180,11 @@ func stringFields() []stringField {
 		{pattern: "etcd.members.*.zone", checkedBy: CodeFailureDomain, sample: member + `zone: %s}}`},
 		{pattern: "etcd.members.*.rack", checkedBy: CodeFailureDomain, sample: member + `rack: %s}}`},
 		{pattern: "etcd.joining[]", checkedBy: CodeEtcdJoining, sample: `etcd: joining: [%s]`},
+		{pattern: "etcd.backup.schedule", checkedBy: CodeBackupSchedule, sample: `etcd: backup: schedule: %s`},
+		{pattern: "etcd.backup.directory", checkedBy: CodeBackupDirectory, sample: `etcd: backup: directory: %s`},
+		// The program; its arguments reach the unit's command line through
+		// its encoder, control characters refused.
+		{pattern: "etcd.backup.upload[]", checkedBy: CodeBackupUpload, sample: `etcd: backup: upload: [%s]`},
 		{pattern: "network.nodes[]", checkedBy: CodeCIDRParse, sample: `network: nodes: ["10.0.0.0/16", %s]`},
 		{pattern: "network.podCIDR", checkedBy: CodeCIDRParse, sample: `network: podCIDR: %s`},
 		{pattern: "network.secondaryPodCIDR", checkedBy: CodeCIDRParse, sample: `network: {secondaryServiceCIDR: "fd00:96::/112", secondaryPodCIDR: %s}`},

@@ -3,6 +3,7 @@ package compiler
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/kcompile/kcompile/compiler/calendar"
 	"net/netip"
 	"slices"
 	"sort"
@@ -296,6 +297,15 @@ func lowerEtcd(m *model, nodes []ir.Node, members []etcdMember) ir.Etcd {
 		e.Members = append(e.Members, ir.EtcdMember{Name: mem.name, Node: n.Name, Address: n.Address(), Zone: mem.zone, Rack: mem.rack,
 			Joining: slices.Contains(s.Joining, mem.name)})
 	}
+	if b := s.Backup; b != nil {
+		e.Backup = &ir.EtcdBackup{Schedule: b.Schedule, Retention: b.Retention, Directory: b.Directory, Upload: slices.Clone(b.Upload)}
+		// The check refused a schedule systemd would not read; the timer
+		// carries its normalized form, as systemctl shows it, in UTC as
+		// the schema says it is.
+		if ev, err := calendar.Parse(b.Schedule); err == nil {
+			e.Backup.Schedule = ev.InUTC().String()
+		}
+	}
 	return e
 }
 
@@ -355,6 +365,11 @@ func nodeBinaries(s *specCluster, n ir.Node) []ir.Binary {
 	var out []ir.Binary
 	if n.Runs(ir.ComponentEtcd) {
 		out = append(out, bin("etcd", "etcd Version: "+s.Etcd.Version, "--version"))
+		// The snapshot tools of etcd.backup, of the member's release.
+		if s.Etcd.Backup != nil {
+			out = append(out, bin("etcdctl", "etcdctl version: "+s.Etcd.Version, "version"),
+				bin("etcdutl", "etcdutl version: "+s.Etcd.Version, "version"))
+		}
 	}
 	// The endpoint's proxies come from the distribution's packages.
 	if ep := s.ControlPlane.Endpoint; ep != nil {

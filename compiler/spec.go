@@ -167,6 +167,14 @@ type specEtcd struct {
 	Joining           []string                  `json:"joining"`
 	QuotaBackendBytes int64                     `json:"quotaBackendBytes"`
 	SnapshotCount     int                       `json:"snapshotCount"`
+	Backup            *specEtcdBackup           `json:"backup"`
+}
+
+type specEtcdBackup struct {
+	Schedule  string   `json:"schedule"`
+	Retention int      `json:"retention"`
+	Directory string   `json:"directory"`
+	Upload    []string `json:"upload"`
 }
 
 type specNetwork struct {

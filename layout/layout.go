@@ -134,6 +134,8 @@ const (
 	SysctlConf       = "etc/sysctl.d/99-kubernetes.conf"
 	EtcdSysusersConf = "etc/sysusers.d/kcompile-etcd.conf"
 	EtcdTmpfilesConf = "etc/tmpfiles.d/kcompile-etcd.conf"
+	// EtcdBackupTmpfilesConf makes etcd's snapshot directory, 0700.
+	EtcdBackupTmpfilesConf = "etc/tmpfiles.d/kcompile-etcd-backup.conf"
 	// FlannelTmpfilesConf removes flannel's CNI configuration at boot.
 	FlannelTmpfilesConf = "etc/tmpfiles.d/kcompile-flannel.conf"
 	Hostname            = "etc/hostname"
@@ -178,9 +180,12 @@ const (
 	FlatcarLibDir = "opt/kcompile/lib"
 	StartScript   = "start"
 	InstallScript = "install.sh"
-	BinariesList  = "binaries.list"
-	UsrDir        = "usr"
-	UsrLocalDir   = "usr/local"
+	// EtcdBackupScript takes, checks and prunes an etcd member's
+	// snapshots (etcd.backup).
+	EtcdBackupScript = "etcd-backup"
+	BinariesList     = "binaries.list"
+	UsrDir           = "usr"
+	UsrLocalDir      = "usr/local"
 )
 
 // Logs, state, the programs units and configurations run, and the CNI

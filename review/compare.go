@@ -380,8 +380,9 @@ func (r *Report) summarise(a, b map[string]targets.File) {
 			}
 			nc.Restarts, nc.Starts, nc.Stops = restarts(nodesA[n], nodesB[n], changedRoots)
 		} else if nc.Status == Added {
+			skip := triggered(nodesB[n])
 			for root := range nodesB[n] {
-				if isUnit(root) {
+				if isUnit(root) && !skip[unitName(root)] {
 					nc.Starts = append(nc.Starts, unitName(root))
 				}
 			}
@@ -410,7 +411,31 @@ func nodeFiles(fs map[string]targets.File) map[string]map[string][]byte {
 
 func isUnit(root string) bool {
 	rest, ok := strings.CutPrefix(root, layout.Abs(layout.UnitDir))
-	return ok && strings.HasSuffix(root, ".service") && !strings.Contains(rest, "/")
+	return ok && (strings.HasSuffix(root, ".service") || strings.HasSuffix(root, ".timer")) && !strings.Contains(rest, "/")
+}
+
+// timerUnit is the Unit= line of a timer.
+var timerUnit = regexp.MustCompile(`(?m)^Unit=(\S+)$`)
+
+// triggered are the services the node's timers start (their Unit=, or
+// the timer's own name): nothing of theirs runs between runs, so a
+// change is read at the next run and restarts, starts or stops nothing
+// but the timer.
+func triggered(files ...map[string][]byte) map[string]bool {
+	out := map[string]bool{}
+	for _, m := range files {
+		for root, data := range m {
+			if !isUnit(root) || !strings.HasSuffix(root, ".timer") {
+				continue
+			}
+			name := strings.TrimSuffix(unitName(root), ".timer") + ".service"
+			if u := timerUnit.FindSubmatch(data); u != nil {
+				name = string(u[1])
+			}
+			out[name] = true
+		}
+	}
+	return out
 }
 
 // unitName is the unit a unit file or drop-in belongs to.
@@ -432,9 +457,10 @@ var pathRef = regexp.MustCompile(`/(?:[A-Za-z0-9._@+-]+/)*[A-Za-z0-9._@+-]+`)
 // components stands for the files in it (a runtime's drop-in directory).
 func restarts(a, b map[string][]byte, changedRoots map[string]bool) (restart, start, stop []string) {
 	units := map[string]bool{}
+	skip := triggered(a, b)
 	for _, m := range []map[string][]byte{a, b} {
 		for root := range m {
-			if isUnit(root) {
+			if isUnit(root) && !skip[unitName(root)] {
 				units[unitName(root)] = true
 			}
 		}

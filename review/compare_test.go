@@ -123,16 +123,24 @@ func TestRestartsFollowReferences(t *testing.T) {
 		}
 		return tr
 	}
-	base := build("ca one\n", "a=1\n", true)
-	for _, c := range []struct {
-		name                   string
-		head                   *targets.Tree
-		restarts, starts, stop string
-	}{
+	checkUnitChanges(t, build("ca one\n", "a=1\n", true), []unitChange{
 		{"referenced through the config", build("ca two\n", "a=1\n", true), "kubelet.service", "", ""},
 		{"unrelated file", build("ca one\n", "a=2\n", true), "", "", ""},
 		{"unit removed", build("ca one\n", "a=1\n", false), "", "", "extra.service"},
-	} {
+	})
+}
+
+// unitChange is a head tree and what its node's units do, compared with
+// a base.
+type unitChange struct {
+	name                   string
+	head                   *targets.Tree
+	restarts, starts, stop string
+}
+
+func checkUnitChanges(t *testing.T, base *targets.Tree, changes []unitChange) {
+	t.Helper()
+	for _, c := range changes {
 		rep := Compare(Side{Tree: base}, Side{Tree: c.head}, Options{})
 		if len(rep.Nodes) != 1 {
 			t.Fatalf("%s: nodes %+v", c.name, rep.Nodes)
@@ -141,6 +149,43 @@ func TestRestartsFollowReferences(t *testing.T) {
 		if strings.Join(n.Restarts, ",") != c.restarts || strings.Join(n.Starts, ",") != c.starts || strings.Join(n.Stops, ",") != c.stop {
 			t.Errorf("%s: restarts %v starts %v stops %v", c.name, n.Restarts, n.Starts, n.Stops)
 		}
+	}
+}
+
+// TestTimersRestartNotTheirService: a service a timer starts runs
+// nothing between runs, so a file it names changing restarts nothing (the
+// next run reads it); a changed timer restarts (re-arms); a timer added
+// starts, its service does not.
+func TestTimersRestartNotTheirService(t *testing.T) {
+	build := func(key, schedule string, timer bool) *targets.Tree {
+		tr := targets.NewTree()
+		tr.Add("nodes/n1/etc/systemd/system/etcd-backup.service", []byte("[Service]\nType=oneshot\nExecStart=/usr/local/lib/kcompile/etcd-backup /etc/kubernetes/pki/etcd/healthcheck-client.key\n"), 0o600)
+		if timer {
+			tr.Add("nodes/n1/etc/systemd/system/etcd-backup.timer", []byte("[Timer]\nOnCalendar="+schedule+"\nUnit=etcd-backup.service\n"), 0o600)
+		}
+		tr.Add("nodes/n1/etc/kubernetes/pki/etcd/healthcheck-client.key", []byte(key), 0o600)
+		return tr
+	}
+	base := build("key one", "daily", true)
+	checkUnitChanges(t, base, []unitChange{
+		{"a file the service reads", build("key two", "daily", true), "", "", ""},
+		{"the schedule", build("key one", "hourly", true), "etcd-backup.timer", "", ""},
+		{"the timer removed", build("key one", "daily", false), "", "", "etcd-backup.timer"},
+	})
+	empty := targets.NewTree()
+	empty.Add("nodes/n0/etc/hostname", []byte("n0\n"), 0o644)
+	rep := Compare(Side{Tree: empty}, Side{Tree: base}, Options{})
+	added := false
+	for _, n := range rep.Nodes {
+		if n.Node == "n1" {
+			added = true
+			if strings.Join(n.Starts, ",") != "etcd-backup.timer" {
+				t.Errorf("an added node starts %v, want its timer only", n.Starts)
+			}
+		}
+	}
+	if !added {
+		t.Errorf("the added node is not in the report: %+v", rep.Nodes)
 	}
 }
 

@@ -342,6 +342,21 @@ type Etcd struct {
 	Members           []EtcdMember
 	QuotaBackendBytes int64
 	SnapshotCount     int
+	// Backup is the members' snapshots on a schedule; nil takes none.
+	Backup *EtcdBackup
+}
+
+// EtcdBackup is when and where every member snapshots itself.
+type EtcdBackup struct {
+	// Schedule is a systemd calendar event in its normalized form, in
+	// UTC.
+	Schedule  string
+	Retention int
+	// Directory holds the snapshots, 0700.
+	Directory string
+	// Upload is a command (its arguments) run after each snapshot, with
+	// the snapshot's path in KCOMPILE_SNAPSHOT; none when empty.
+	Upload []string
 }
 
 // InitialCluster is etcd's --initial-cluster value:

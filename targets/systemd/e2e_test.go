@@ -17,8 +17,6 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/kcompile/kcompile/internal/unitfile"
-	"github.com/kcompile/kcompile/internal/writer"
-	"github.com/kcompile/kcompile/targets"
 )
 
 // The end-to-end test runs the control plane of examples/single-node from
@@ -36,56 +34,14 @@ func TestControlPlaneStartsFromUnits(t *testing.T) {
 		runControlPlane(t)
 		return
 	}
-	bin, err := filepath.Abs("../../.bin")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
-		if _, err := os.Stat(filepath.Join(bin, p)); err != nil {
-			t.Fatalf("%s is missing from .bin: run scripts/tools first", p)
-		}
-	}
-	ipCmd, err := exec.LookPath("ip")
-	if err != nil {
-		t.Fatal("ip (Debian package iproute2) is required")
-	}
-	c := compileExample(t, "single-node")
-	ns := fmt.Sprintf("kcompile-e2e-%d", os.Getpid())
-	run := func(args ...string) {
-		if out, err := exec.Command(ipCmd, args...).CombinedOutput(); err != nil {
-			t.Fatalf("ip %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-	}
-	run("netns", "add", ns)
-	t.Cleanup(func() { exec.Command(ipCmd, "netns", "del", ns).Run() })
-	run("netns", "exec", ns, "ip", "link", "set", "lo", "up")
-	for _, a := range c.Nodes[0].Addresses {
-		run("netns", "exec", ns, "ip", "addr", "add", a.String()+"/32", "dev", "lo")
-	}
-	cmd := exec.Command(ipCmd, "netns", "exec", ns, os.Args[0], "-test.run=^TestControlPlaneStartsFromUnits$", "-test.v")
-	cmd.Env = append(os.Environ(), e2eEnv+"=1", "KCOMPILE_BIN="+bin)
-	out, err := cmd.CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "--- PASS: TestControlPlaneStartsFromUnits") {
-		t.Fatalf("control plane in the network namespace: %v\n%s", err, out)
-	}
+	out := inNodeNamespace(t, compileExample(t, "single-node"), "TestControlPlaneStartsFromUnits", e2eEnv, "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
 	t.Logf("%s", out)
 }
 
 func runControlPlane(t *testing.T) {
 	c := compileExample(t, "single-node")
 	m := testMaterial(t, c)
-	top := t.TempDir()
-	node := c.Nodes[0].Name
-	// The tree is laid out under a directory of its own, as the
-	// simulator lays it: the components read their files there.
-	root := filepath.Join(top, "out", "nodes", node)
-	tree := targets.NewTree()
-	if err := nodeFiles(m, tree, newRenderCache(), Options{Root: func(string) string { return root }}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := writer.Write(filepath.Join(top, "out"), tree, writer.Options{}); err != nil {
-		t.Fatal(err)
-	}
+	top, root := layRerooted(t, m)
 	bin := os.Getenv("KCOMPILE_BIN")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

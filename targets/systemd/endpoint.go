@@ -295,7 +295,7 @@ func endpointUnits(c *ir.Cluster, n ir.Node, l placement) []UnitFile {
 		{Name: "Install", Directives: []unitfile.Directive{{Key: "WantedBy", Value: "multi-user.target"}}},
 	}}
 	sandbox(&haproxy, caps)
-	out := []UnitFile{{"haproxy.service", haproxy}}
+	out := []UnitFile{{Name: "haproxy.service", Unit: haproxy}}
 	if c.Endpoint.Mode != ir.EndpointVIP {
 		return out
 	}
@@ -322,7 +322,7 @@ func endpointUnits(c *ir.Cluster, n ir.Node, l placement) []UnitFile {
 	// runs the check, and logs every second if it cannot.
 	sandbox(&keepalived, []string{"CAP_NET_ADMIN", "CAP_NET_RAW", "CAP_NET_BROADCAST", "CAP_SETGID"},
 		unitfile.Directive{Key: "RestrictAddressFamilies", Value: "AF_PACKET"})
-	return append(out, UnitFile{"keepalived.service", keepalived})
+	return append(out, UnitFile{Name: "keepalived.service", Unit: keepalived})
 }
 
 // endpointFiles are the endpoint's configuration files on node n, by

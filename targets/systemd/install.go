@@ -80,7 +80,9 @@ while IFS='|' read -r kind path a b c rest; do
 		[ -x "$root$path" ] || fail "$path is missing: install it, or let install.source download it"
 		;;
 	version)
-		[ "$a" = --version ] && is_version "$b" && [ -z "$c" ] || bad "malformed version line"
+		# etcdctl and etcdutl print theirs with a command, not a flag.
+		case $a in --version | version) ;; *) bad "malformed version line" ;; esac
+		is_version "$b" && [ -z "$c" ] || bad "malformed version line"
 		[ -x "$root$path" ] || fail "$path is missing: install it, or let install.source download it"
 		out=$("$root$path" "$a" 2>&1) || fail "$path $a failed: $out"
 		case $out in
@@ -155,7 +157,7 @@ func binariesList(c *ir.Cluster, n ir.Node) ([]byte, error) {
 
 // installUnitFile is the oneshot service every component requires.
 func installUnitFile(l placement) UnitFile {
-	return UnitFile{InstallUnit, unitfile.File{Sections: []unitfile.Section{
+	return UnitFile{Name: InstallUnit, Unit: unitfile.File{Sections: []unitfile.Section{
 		{Name: "Unit", Directives: []unitfile.Directive{
 			{Key: "Description", Value: "Install and check the binaries of the cluster's versions"},
 			{Key: "Documentation", Value: "https://github.com/kcompile/kcompile"},

@@ -41,7 +41,10 @@ func TestUnitSecurity(t *testing.T) {
 				if err := os.WriteFile(filepath.Join(dir, u.Name), render(t, u.Unit), 0o600); err != nil {
 					t.Fatal(err)
 				}
-				args = append(args, u.Name)
+				// A timer runs nothing itself: its service is rated.
+				if strings.HasSuffix(u.Name, ".service") {
+					args = append(args, u.Name)
+				}
 			}
 			out, err := exec.Command(analyze, args...).CombinedOutput()
 			if err != nil {

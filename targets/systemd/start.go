@@ -25,7 +25,9 @@ func StartScript(os ir.OS) string { return path.Join(os.LibDir(), layout.StartSc
 func bootUnit(units []UnitFile) unitfile.File {
 	var wants []unitfile.Directive
 	for _, u := range units {
-		wants = append(wants, unitfile.Directive{Key: "Wants", Value: u.Name})
+		if !u.Triggered {
+			wants = append(wants, unitfile.Directive{Key: "Wants", Value: u.Name})
+		}
 	}
 	return unitfile.File{Sections: []unitfile.Section{{Name: "Unit", Directives: wants}}}
 }

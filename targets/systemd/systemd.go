@@ -87,6 +87,14 @@ func nodeFiles(m *pki.Material, tree *targets.Tree, rc *renderCache, opts Option
 			if err := add(layout.EtcdTmpfilesConf, []byte(etcdTmpfiles), 0o644); err != nil {
 				return err
 			}
+			if b := c.Etcd.Backup; b != nil {
+				if err := add(layout.EtcdBackupTmpfilesConf, []byte(backupTmpfiles(b)), 0o644); err != nil {
+					return err
+				}
+				if err := add(l.lib(layout.EtcdBackupScript), []byte(backupScriptText), 0o755); err != nil {
+					return err
+				}
+			}
 		}
 		efiles, err := endpointFiles(c, n, l)
 		if err != nil {

@@ -12,6 +12,9 @@ import (
 type UnitFile struct {
 	Name string
 	Unit unitfile.File
+	// Triggered says another of the node's units starts it (a timer's
+	// service): the boot does not want it.
+	Triggered bool
 }
 
 // NodeUnits are the units of a node's components, in the order they start,
@@ -42,7 +45,10 @@ func nodeUnits(c *ir.Cluster, n ir.Node, l placement) []UnitFile {
 		// path fails it on a first boot (226/NAMESPACE); etcd's own
 		// ExecStart finds it in place.
 		sandbox(&u, []string{"CAP_DAC_OVERRIDE"}, unitfile.Directive{Key: "ReadWritePaths", Value: "-" + l.at(layout.EtcdDataDir)})
-		out = append(out, UnitFile{"etcd.service", u})
+		out = append(out, UnitFile{Name: "etcd.service", Unit: u})
+		if c.Etcd.Backup != nil {
+			out = append(out, backupUnits(m, c.Etcd.Backup, l)...)
+		}
 	}
 	if n.Runs(ir.ComponentAPIServer) {
 		after := []string{"network-online.target"}
@@ -64,9 +70,9 @@ func nodeUnits(c *ir.Cluster, n ir.Node, l placement) []UnitFile {
 		scheduler := service("Kubernetes scheduler", docs+"kube-scheduler/", apiAfter, nil, nil, l.program("kube-scheduler"), args(ir.ComponentScheduler, schedulerArgs(l)))
 		sandbox(&scheduler, nil)
 		out = append(out,
-			UnitFile{"kube-apiserver.service", apiserver},
-			UnitFile{"kube-controller-manager.service", kcm},
-			UnitFile{"kube-scheduler.service", scheduler},
+			UnitFile{Name: "kube-apiserver.service", Unit: apiserver},
+			UnitFile{Name: "kube-controller-manager.service", Unit: kcm},
+			UnitFile{Name: "kube-scheduler.service", Unit: scheduler},
 		)
 	}
 	out = append(out, endpointUnits(c, n, l)...)
@@ -75,10 +81,10 @@ func nodeUnits(c *ir.Cluster, n ir.Node, l placement) []UnitFile {
 		out = append(out, runtime)
 		kubeletAfter := []string{"network-online.target", runtime.Name}
 		kubelet := service("Kubernetes node agent", docs+"kubelet/", kubeletAfter, kubeletAfter, []string{runtime.Name}, l.program("kubelet"), args(ir.ComponentKubelet, kubeletArgs(n, l)))
-		out = append(out, UnitFile{"kubelet.service", kubelet})
+		out = append(out, UnitFile{Name: "kubelet.service", Unit: kubelet})
 		if n.Runs(ir.ComponentKubeProxy) {
 			online := []string{"network-online.target"}
-			out = append(out, UnitFile{"kube-proxy.service", service("Kubernetes network proxy", docs+"kube-proxy/", online, online, nil, l.program("kube-proxy"),
+			out = append(out, UnitFile{Name: "kube-proxy.service", Unit: service("Kubernetes network proxy", docs+"kube-proxy/", online, online, nil, l.program("kube-proxy"),
 				args(ir.ComponentKubeProxy, []string{flag("config", l.at(layout.KubeProxyConfig)), flag("hostname-override", n.Name)}))})
 		}
 	}
@@ -102,13 +108,13 @@ func runtimeUnit(c *ir.Cluster, l placement) UnitFile {
 		u := service("CRI-O container runtime", "https://cri-o.io/", online, online, nil,
 			l.program("crio"), append([]string{flag("config-dir", l.at(layout.CRIODropInDir))}, l.extraArgs(ir.ComponentRuntime)...))
 		withRuntimeLimits(&u)
-		return UnitFile{"crio.service", u}
+		return UnitFile{Name: "crio.service", Unit: u}
 	}
 	after := []string{"network-online.target", "local-fs.target"}
 	u := service("containerd container runtime", "https://containerd.io/", after, after, nil,
 		l.program("containerd"), append([]string{flag("config", l.at(l.containerdConfig))}, l.extraArgs(ir.ComponentRuntime)...))
 	withRuntimeLimits(&u)
-	return UnitFile{"containerd.service", u}
+	return UnitFile{Name: "containerd.service", Unit: u}
 }
 
 // withRuntimeLimits gives a runtime what its upstream unit does: its

@@ -55,7 +55,9 @@ while IFS='|' read -r kind path a b c rest; do
 		[ -x "$root$path" ] || fail "$path is missing: install it, or let install.source download it"
 		;;
 	version)
-		[ "$a" = --version ] && is_version "$b" && [ -z "$c" ] || bad "malformed version line"
+		# etcdctl and etcdutl print theirs with a command, not a flag.
+		case $a in --version | version) ;; *) bad "malformed version line" ;; esac
+		is_version "$b" && [ -z "$c" ] || bad "malformed version line"
 		[ -x "$root$path" ] || fail "$path is missing: install it, or let install.source download it"
 		out=$("$root$path" "$a" 2>&1) || fail "$path $a failed: $out"
 		case $out in
