@@ -185,8 +185,18 @@ func rotation(t *testing.T, e *applyEnv, dir string) *kube {
 	if client.ok < 100 {
 		t.Errorf("the API through the VIP answered %d times: the client did not run", client.ok)
 	}
-	if len(client.notReady) > 0 {
-		t.Errorf("Nodes NotReady during the rotation: %q", client.notReady)
+	// A kubelet that has just restarted may post its first status
+	// before its first relist of the pods (the kubelet's "PLEG ... has
+	// yet to be successful"): seen once in five runs, a second on the
+	// node whose kubelet the step restarts, no request of the probes
+	// failing. Any other NotReady, or one outside the node's own step,
+	// fails.
+	for _, nr := range client.notReady {
+		if strings.Contains(nr.message, "pleg has yet to be successful") && within(steps.on(nr.node, "node", "workers"), nr.at, 0) {
+			t.Logf("%s NotReady at %s, %s: its restarted kubelet's first status (%s)", nr.node, nr.at.Format("15:04:05.000"), steps.at(nr.at), nr.message)
+			continue
+		}
+		t.Errorf("%s NotReady at %s, %s: %s", nr.node, nr.at.Format("15:04:05.000"), steps.at(nr.at), nr.message)
 	}
 	// Logs and exec, served by the pod's kubelet: a failure only while
 	// an API server (or its etcd), or the pod's kubelet, restarts, or

@@ -461,9 +461,16 @@ type steady struct {
 	unavailable []string
 	// notReady are the samples of Nodes (startSteadyFrom's) in which one
 	// was not Ready.
-	notReady []string
+	notReady []nodeNotReady
 	cancel   context.CancelFunc
 	done     chan struct{}
+}
+
+// nodeNotReady is a sample of a Node not Ready: when, which, and its
+// Ready condition's reason, message and transition.
+type nodeNotReady struct {
+	at            time.Time
+	node, message string
 }
 
 type steadyFailure struct {
@@ -533,13 +540,13 @@ func startSteadyWith(ctx context.Context, client func() (*kube, error), nodes bo
 				}
 				for _, n := range list.Items {
 					if errN == nil && !nodeReady(n) {
-						why := ""
+						nr := nodeNotReady{at: now, node: n.Name}
 						for _, c := range n.Status.Conditions {
 							if c.Type == corev1.NodeReady {
-								why = fmt.Sprintf(" (%s: %s, since %s)", c.Reason, c.Message, c.LastTransitionTime.Format("15:04:05"))
+								nr.message = fmt.Sprintf("%s: %s, since %s", c.Reason, c.Message, c.LastTransitionTime.Format("15:04:05"))
 							}
 						}
-						s.notReady = append(s.notReady, now.Format("15:04:05.000")+" "+n.Name+why)
+						s.notReady = append(s.notReady, nr)
 					}
 				}
 				s.mu.Unlock()
