@@ -3,6 +3,7 @@ package review
 import (
 	"bytes"
 	"fmt"
+	"github.com/kcompile/kcompile/internal/unitfile"
 	"io/fs"
 	"regexp"
 	"slices"
@@ -414,9 +415,6 @@ func isUnit(root string) bool {
 	return ok && (strings.HasSuffix(root, ".service") || strings.HasSuffix(root, ".timer")) && !strings.Contains(rest, "/")
 }
 
-// timerUnit is the Unit= line of a timer.
-var timerUnit = regexp.MustCompile(`(?m)^Unit=(\S+)$`)
-
 // triggered are the services the node's timers start (their Unit=, or
 // the timer's own name): nothing of theirs runs between runs, so a
 // change is read at the next run and restarts, starts or stops nothing
@@ -429,8 +427,10 @@ func triggered(files ...map[string][]byte) map[string]bool {
 				continue
 			}
 			name := strings.TrimSuffix(unitName(root), ".timer") + ".service"
-			if u := timerUnit.FindSubmatch(data); u != nil {
-				name = string(u[1])
+			if u, err := unitfile.Parse(data); err == nil {
+				if v := u.Get("Timer", "Unit"); len(v) > 0 {
+					name = v[len(v)-1]
+				}
 			}
 			out[name] = true
 		}

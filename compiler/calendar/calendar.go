@@ -105,7 +105,7 @@ func Parse(expr string) (*Event, error) {
 		case strings.ContainsAny(w, "-~") && date == "" && clock == "":
 			date = w
 		case date == "" && clock == "" && !strings.Contains(w, ":"):
-			// A lone component is a date's day: "Wed *-1" reads its *-1.
+			// A word of neither shape before any date or time ("12").
 			return nil, fmt.Errorf("%q: %q is neither a date (YYYY-MM-DD, MM-DD) nor a time (HH:MM[:SS])", expr, w)
 		default:
 			return nil, fmt.Errorf("%q: %q: expected [WEEKDAYS] [DATE] [TIME] [UTC]", expr, w)
