@@ -93,6 +93,21 @@ const (
 	CalicoKubeconfig            = CNIConfDir + "calico-kubeconfig"
 )
 
+// What kcompile restore lays and moves on an etcd member.
+const (
+	// EtcdRestoringDir is where etcdutl writes a member's data from the
+	// snapshot, renamed to EtcdDataDir once whole; the data it replaces
+	// is moved to EtcdBeforeRestoreDir plus the restore's time.
+	EtcdRestoringDir     = "var/lib/etcd.restoring"
+	EtcdBeforeRestoreDir = "var/lib/etcd.before-restore-"
+	// RestoreDir holds what the restore lays on a member while it runs
+	// (the snapshot, etcdutl when the node has none); it is removed at
+	// the end.
+	RestoreDir      = "var/lib/kcompile-restore/"
+	RestoreSnapshot = RestoreDir + "snapshot.db"
+	RestoreEtcdutl  = RestoreDir + "etcdutl"
+)
+
 // The components' configurations and state.
 const (
 	KubeletDir           = "var/lib/kubelet/"

@@ -59,6 +59,33 @@ rolled out, until the rotation has ended: one apply performs all of it.
 ` + exitCodes("0", "applied (or nothing to apply, or a dry run)", "1", "the plan is refused, a step failed or the apply was interrupted (the message says how to go on)", "2", "usage error")
 }
 
+func (restoreCmd) Help() string {
+	return `Examples:
+  sudo kcompile restore /var/lib/etcd-backup/cp1-20261204T120000Z.db examples/ha-stacked
+  kcompile restore snapshot.db my-cluster/ --print        # the steps, for hosts kcompile does not reach
+  kcompile restore snapshot.db my-cluster/ --rehearse     # into the simulator: what comes back, and how long it takes
+  kcompile restore snapshot.db my-cluster/ --ssh-user admin --ssh-key ~/.ssh/id_ed25519
+
+The snapshot is read first, as etcd's own storage: one whose SHA-256 does
+not match, with a page bbolt cannot read, whose members are
+none of the spec's, or whose API server trusted another client CA than the
+bundle's, is refused before anything is stopped. Then every API server,
+controller manager and scheduler stops; every member stops; the snapshot
+is copied to each and restored with etcdutl under the member's own name and
+peer URL, a new cluster token and the revision moved on by 1,000,000,000
+(compacted, so that every watcher relists); the data it replaces is moved
+aside, not removed. The members start together, then the control plane;
+gates: every member healthy and the member list the spec's, every API
+server ready, every node Ready with its lease renewed since. The
+certificates and the endpoint are the cluster's own, so old kubeconfigs
+work unchanged.
+
+On a cluster kcompile up runs, the recorded spec and bundle are used
+(--work); over SSH, the spec built with SOURCE_DATE_EPOCH's clock, as
+kcompile build built it.
+` + exitCodes("0", "restored (every gate held), printed, or rehearsed with every object back", "1", "the snapshot is refused, a step failed (the message names it; the data before the restore stays on each member), or the rehearsal lost objects", "2", "usage error")
+}
+
 func (upCmd) Help() string {
 	return `Examples:
   sudo kcompile up examples/single-node --binaries .bin/node --images .bin/images

@@ -41,6 +41,7 @@ type cli struct {
 	Up         upCmd         `cmd:"" help:"Boot the compiled cluster for real: every node a systemd-nspawn machine (real systemd, its own network namespace) booting its systemd tree or its cloud-init; runs until Ctrl-C or kcompile down (root)."`
 	Down       downCmd       `cmd:"" help:"Stop a cluster kcompile up booted and remove every machine, namespace, device and file it made."`
 	Apply      applyCmd      `cmd:"" help:"Change a cluster kcompile up runs into a new spec, step by step as kcompile plan orders it: each node's files laid, its units restarted, health gates between the steps (root)."`
+	Restore    restoreCmd    `cmd:"" help:"Bring a cluster back from an etcd snapshot: every member restored with its own name and peer URL and a new cluster token, the API servers stopped around it; performed on a cluster kcompile up runs or over SSH, printed for other hosts, or rehearsed in the simulator."`
 	Node       nodeCmd       `cmd:"" help:"Show or drive the nodes of a cluster kcompile up runs: status, stop, start, kill (a power cut), restart (root)."`
 	Sim        simCmd        `cmd:"" passthrough:"all" help:"Run the compiled cluster in one process: real etcd and control plane, simulated kubelets (runs kcompile-sim; kcompile sim --help lists its flags)."`
 	Secrets    secretsCmd    `cmd:"" help:"Create or import the secrets bundle."`

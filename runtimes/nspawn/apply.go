@@ -255,39 +255,15 @@ func Apply(ctx context.Context, cfg ApplyConfig) error {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	a := &applier{cfg: cfg, machines: map[string]int{}, addrs: map[string]string{}, conns: map[string]nodeAccess{}, apiServerFresh: map[string]bool{}}
+	a := newApplier(cfg)
 	defer a.closeAll()
-	for _, n := range cfg.Old.Nodes {
-		a.addrs[n.Name] = n.Address().String()
-	}
-	a.log = func(format string, args ...any) { fmt.Fprintf(cfg.Log, format+"\n", args...) }
 	for _, s := range cfg.Plan.Stages {
 		a.steps = append(a.steps, s.Steps...)
 	}
 	if err := a.supported(); err != nil {
 		return err
 	}
-	if cfg.Running.state != nil {
-		for _, r := range cfg.Running.state.Resources {
-			if r.Kind == KindProcess && r.alive() {
-				a.machines[r.Name] = r.PID
-			}
-		}
-	}
-	for _, n := range cfg.Old.Nodes {
-		if _, err := a.node(ctx, n.Name); err != nil {
-			return err
-		}
-	}
-	admin, ok := cfg.OldTree.Get(layout.ClusterTree("super-admin.conf"))
-	if !ok {
-		return errors.New("kcompile bug: the cluster tree has no super-admin.conf")
-	}
-	var err error
-	if a.kube, err = newKube(admin.Data); err != nil {
-		return err
-	}
-	if a.etcd, err = etcdClientOf(cfg.Old, cfg.OldTree); err != nil {
+	if err := a.connect(ctx); err != nil {
 		return err
 	}
 	digests := make([]string, len(a.steps))
@@ -332,6 +308,7 @@ func Apply(ctx context.Context, cfg ApplyConfig) error {
 	}
 	prevC, prev := cfg.Old, cfg.OldTree
 	if done > 0 {
+		var err error
 		if prevC, prev, err = cfg.Build(a.steps[done-1].State, a.steps[done-1].Tolerate); err != nil {
 			return err
 		}
@@ -384,6 +361,43 @@ func Apply(ctx context.Context, cfg ApplyConfig) error {
 		}
 	}
 	return os.Remove(progressPath)
+}
+
+func newApplier(cfg ApplyConfig) *applier {
+	a := &applier{cfg: cfg, machines: map[string]int{}, addrs: map[string]string{}, conns: map[string]nodeAccess{}, apiServerFresh: map[string]bool{}}
+	for _, n := range cfg.Old.Nodes {
+		a.addrs[n.Name] = n.Address().String()
+	}
+	a.log = func(format string, args ...any) { fmt.Fprintf(cfg.Log, format+"\n", args...) }
+	return a
+}
+
+// connect reaches every node of the running cluster, its API and its
+// etcd members, before anything changes.
+func (a *applier) connect(ctx context.Context) error {
+	cfg := a.cfg
+	if cfg.Running.state != nil {
+		for _, r := range cfg.Running.state.Resources {
+			if r.Kind == KindProcess && r.alive() {
+				a.machines[r.Name] = r.PID
+			}
+		}
+	}
+	for _, n := range cfg.Old.Nodes {
+		if _, err := a.node(ctx, n.Name); err != nil {
+			return err
+		}
+	}
+	admin, ok := cfg.OldTree.Get(layout.ClusterTree("super-admin.conf"))
+	if !ok {
+		return errors.New("kcompile bug: the cluster tree has no super-admin.conf")
+	}
+	var err error
+	if a.kube, err = newKube(admin.Data); err != nil {
+		return err
+	}
+	a.etcd, err = etcdClientOf(cfg.Old, cfg.OldTree)
+	return err
 }
 
 // supported refuses, before anything changes, a plan with a step apply

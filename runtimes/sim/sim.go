@@ -67,6 +67,9 @@ type Options struct {
 	// Block is the block of the loopback network the simulation's
 	// addresses are taken from: 127.Block.0.0 and up (see MaxBlock).
 	Block int
+	// Restore, when set, is a snapshot the members' data is restored
+	// from before etcd starts.
+	Restore *Restore
 }
 
 // Sim is a running simulated cluster.
@@ -302,6 +305,12 @@ func processTree(c *ir.Cluster, tree *targets.Tree) *targets.Tree {
 
 func (s *Sim) boot(ctx context.Context) error {
 	start := time.Now()
+	if s.opts.Restore != nil {
+		if err := s.restoreMembers(); err != nil {
+			return err
+		}
+		s.progress("etcd: every member restored from %s (%s)", s.opts.Restore.Snapshot.Path, time.Since(start).Round(time.Millisecond))
+	}
 	for _, mem := range s.cluster.Etcd.Members {
 		if err := s.StartEtcd(mem.Name); err != nil {
 			return err

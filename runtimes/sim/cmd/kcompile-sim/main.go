@@ -14,6 +14,7 @@ import (
 	"io/fs"
 	"net"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strconv"
@@ -25,6 +26,7 @@ import (
 	"github.com/kcompile/kcompile/compiler/pki"
 	"github.com/kcompile/kcompile/internal/command"
 	"github.com/kcompile/kcompile/pipeline"
+	"github.com/kcompile/kcompile/restore"
 	"github.com/kcompile/kcompile/runtimes/sim"
 )
 
@@ -47,6 +49,8 @@ type cli struct {
 	Until    string        `enum:",ready" default:"" help:"Exit once the cluster reaches this state (ready: every node Ready) instead of running until interrupted."`
 	Timeout  time.Duration `default:"10m" help:"How long the cluster may take to become ready."`
 	Scenario string        `type:"existingfile" placeholder:"FILE" help:"Play a CUE scenario (steps and expectations) once the cluster is ready, print a pass/fail report and exit: 1 when an expectation fails."`
+	Restore  string        `type:"existingfile" placeholder:"SNAPSHOT" help:"Rehearse a restore: every etcd member's data restored from this snapshot (refused when corrupt or of another cluster) before etcd starts; once ready, report what came back and exit: 1 when a key of the snapshot is not back."`
+	Etcdutl  string        `placeholder:"PROGRAM" help:"With --restore: etcdutl, which restores the members' data; default: etcdutl on PATH."`
 }
 
 // Help is the detailed help of `kcompile sim --help`, with an example and
@@ -58,7 +62,8 @@ func (cli) Help() string {
   kcompile sim examples/large -s secrets.json --workdir /tmp/large   # Ctrl-C stops it
 
 Exit status:
-  0  the cluster reached --until, the scenario passed, or Ctrl-C stopped it
+  0  the cluster reached --until, the scenario passed, a rehearsed restore
+     brought every key back, or Ctrl-C stopped it
   1  the spec or the bundle has errors, the cluster did not become ready in
      --timeout, or an expectation of the scenario failed
   2  usage error
@@ -111,7 +116,27 @@ func (c *cli) run(now time.Time, cwd string, stdout, stderr io.Writer) (int, str
 	if out.Diagnostics.HasErrors() {
 		return printed(out.Diagnostics, out.Stopped(in, "the spec and the secrets bundle do not fit together"))
 	}
-	if err := c.simulate(out.Cluster, out.Scenario, b, stdout); err != nil {
+	var rehearse *sim.Restore
+	if c.Restore != "" {
+		if c.Scenario != "" {
+			return exitUsage, "--restore rehearses a restore and exits: play a scenario in a simulation of its own"
+		}
+		snap, err := restore.Inspect(c.Restore)
+		if err != nil {
+			return exitProblems, "nothing restored: " + err.Error()
+		}
+		if err := restore.Match(snap, out.Cluster, b.Trusted(pki.ClusterCA)); err != nil {
+			return exitProblems, "nothing restored: " + err.Error()
+		}
+		etcdutl := c.Etcdutl
+		if etcdutl == "" {
+			if etcdutl, err = exec.LookPath("etcdutl"); err != nil {
+				return exitProblems, "--restore needs etcdutl, etcd's own restore, of the cluster's etcd release: give --etcdutl PROGRAM (kcompile's scripts/tools builds it into .bin)"
+			}
+		}
+		rehearse = &sim.Restore{Snapshot: snap, Etcdutl: etcdutl}
+	}
+	if err := c.simulate(out.Cluster, out.Scenario, b, rehearse, stdout); err != nil {
 		return exitProblems, err.Error()
 	}
 	return exitOK, ""
@@ -130,7 +155,7 @@ func freeBlock(port int) (int, error) {
 	return 0, fmt.Errorf("every block of 127.1.0.0-127.%d.0.0 is taken by another simulation", sim.MaxBlock)
 }
 
-func (c *cli) simulate(cl *ir.Cluster, scenario *ir.Scenario, b *pki.Bundle, stdout io.Writer) error {
+func (c *cli) simulate(cl *ir.Cluster, scenario *ir.Scenario, b *pki.Bundle, rehearse *sim.Restore, stdout io.Writer) error {
 	work := c.Workdir
 	var err error
 	if work == "" {
@@ -158,13 +183,25 @@ func (c *cli) simulate(cl *ir.Cluster, scenario *ir.Scenario, b *pki.Bundle, std
 	if err != nil {
 		return err
 	}
-	s, err := sim.Start(ctx, cl, b, sim.Options{WorkDir: work, Progress: stdout, Block: block})
+	began := time.Now()
+	s, err := sim.Start(ctx, cl, b, sim.Options{WorkDir: work, Progress: stdout, Block: block, Restore: rehearse})
 	if err != nil {
 		return err
 	}
 	defer s.Stop()
 	if err := s.WaitReady(ctx, c.Timeout); err != nil {
 		return err
+	}
+	if rehearse != nil {
+		rep, err := s.RestoreReport(ctx, began)
+		if err != nil {
+			return err
+		}
+		rep.WriteText(stdout, rehearse.Snapshot)
+		if len(rep.Missing) > 0 {
+			return fmt.Errorf("the rehearsal lost %d keys of the snapshot", len(rep.Missing))
+		}
+		return nil
 	}
 	fmt.Fprintf(stdout, "kubectl --kubeconfig %s get nodes\n", filepath.Join(work, sim.AdminKubeconfig))
 	if scenario != nil {
