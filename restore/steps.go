@@ -144,8 +144,7 @@ func Steps(c *ir.Cluster, s *Snapshot, opts Options) *Plan {
 	var restore []Command
 	data, restoring := layout.Abs(layout.EtcdDataDir), layout.Abs(layout.EtcdRestoringDir)
 	for _, m := range members {
-		n, _ := nodeOf(c, m.Node)
-		etcdutl := path.Join(n.OS.BinDir(), "etcdutl")
+		etcdutl := Etcdutl(c, m)
 		if u, ok := opts.Etcdutl[m.Node]; ok {
 			etcdutl = u
 		}
@@ -201,12 +200,14 @@ func mergeCommands(a, b []Command) []Command {
 	return a
 }
 
-func nodeOf(c *ir.Cluster, name string) (ir.Node, bool) {
-	i := slices.IndexFunc(c.Nodes, func(n ir.Node) bool { return n.Name == name })
-	if i < 0 {
-		return ir.Node{}, false
+// Etcdutl is where the spec installs etcdutl on member m's node (with
+// etcd.backup): its OS's binary directory.
+func Etcdutl(c *ir.Cluster, m ir.EtcdMember) string {
+	var o ir.OS
+	if i := slices.IndexFunc(c.Nodes, func(n ir.Node) bool { return n.Name == m.Node }); i >= 0 {
+		o = c.Nodes[i].OS
 	}
-	return c.Nodes[i], true
+	return path.Join(o.BinDir(), "etcdutl")
 }
 
 // WriteText writes the restore's steps as an operator runs them by hand

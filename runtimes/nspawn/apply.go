@@ -992,20 +992,7 @@ func (a *applier) gates(ctx context.Context, c *ir.Cluster, n ir.Node, units []s
 		return !slices.Contains([]string{"etcd.service", "kube-apiserver.service", "kube-controller-manager.service", "kube-scheduler.service"}, u)
 	})
 	if n.RunsPods() && !controlPlaneOnly {
-		if err := a.await(ctx, n.Name+" Ready, its kubelet's lease renewed since the restart", func() (bool, string) {
-			var l coordinationv1.Lease
-			if err := a.kube.get(ctx, "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/"+n.Name, &l); err != nil {
-				return false, err.Error()
-			}
-			if l.Spec.RenewTime == nil || !l.Spec.RenewTime.After(since) {
-				return false, "lease last renewed before the restart"
-			}
-			var node corev1.Node
-			if err := a.kube.get(ctx, "/api/v1/nodes/"+n.Name, &node); err != nil {
-				return false, err.Error()
-			}
-			return nodeReady(node), "not Ready"
-		}); err != nil {
+		if err := a.renewedReady(ctx, n.Name, since, "its kubelet's lease renewed since the restart", "lease last renewed before the restart"); err != nil {
 			return err
 		}
 	}
@@ -1015,6 +1002,26 @@ func (a *applier) gates(ctx context.Context, c *ir.Cluster, n ir.Node, units []s
 		}
 	}
 	return nil
+}
+
+// renewedReady waits until node is Ready and its kubelet has renewed its
+// Lease after since: a Node's Ready condition alone may be what it said
+// before (a restart, a restore of the snapshot's Nodes).
+func (a *applier) renewedReady(ctx context.Context, node string, since time.Time, renewed, stale string) error {
+	return a.await(ctx, node+" Ready, "+renewed, func() (bool, string) {
+		var l coordinationv1.Lease
+		if err := a.kube.get(ctx, "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/"+node, &l); err != nil {
+			return false, err.Error()
+		}
+		if l.Spec.RenewTime == nil || !l.Spec.RenewTime.After(since) {
+			return false, stale
+		}
+		var n corev1.Node
+		if err := a.kube.get(ctx, "/api/v1/nodes/"+node, &n); err != nil {
+			return false, err.Error()
+		}
+		return nodeReady(n), "not Ready"
+	})
 }
 
 // kubeletServes waits until the restarted kubelet of node knows the pods

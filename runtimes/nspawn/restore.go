@@ -6,15 +6,11 @@ import (
 	"io"
 	"net"
 	"os"
-	"path"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
-
-	coordinationv1 "k8s.io/api/coordination/v1"
-	corev1 "k8s.io/api/core/v1"
 
 	"github.com/kcompile/kcompile/compiler/ir"
 	"github.com/kcompile/kcompile/layout"
@@ -74,8 +70,7 @@ func Restore(ctx context.Context, cfg RestoreConfig) (*Restored, error) {
 		if err != nil {
 			return nil, err
 		}
-		n, _ := nodeByName(c, m.Node)
-		have, err := at.exists(ctx, path.Join(n.OS.BinDir(), "etcdutl"))
+		have, err := at.exists(ctx, restore.Etcdutl(c, m))
 		if err != nil {
 			return nil, err
 		}
@@ -193,31 +188,10 @@ func (a *applier) restoreGate(ctx context.Context, k restore.Kind, c *ir.Cluster
 			if !n.RunsPods() {
 				continue
 			}
-			if err := a.await(ctx, n.Name+" Ready, its lease renewed since the restore", func() (bool, string) {
-				var l coordinationv1.Lease
-				if err := a.kube.get(ctx, "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/"+n.Name, &l); err != nil {
-					return false, err.Error()
-				}
-				if l.Spec.RenewTime == nil || !l.Spec.RenewTime.After(since) {
-					return false, "lease not renewed since the restore"
-				}
-				var node corev1.Node
-				if err := a.kube.get(ctx, "/api/v1/nodes/"+n.Name, &node); err != nil {
-					return false, err.Error()
-				}
-				return nodeReady(node), "not Ready"
-			}); err != nil {
+			if err := a.renewedReady(ctx, n.Name, since, "its lease renewed since the restore", "lease not renewed since the restore"); err != nil {
 				return err
 			}
 		}
 	}
 	return nil
-}
-
-func nodeByName(c *ir.Cluster, name string) (ir.Node, bool) {
-	i := slices.IndexFunc(c.Nodes, func(n ir.Node) bool { return n.Name == name })
-	if i < 0 {
-		return ir.Node{}, false
-	}
-	return c.Nodes[i], true
 }

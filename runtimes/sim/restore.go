@@ -3,6 +3,7 @@ package sim
 import (
 	"context"
 	"fmt"
+	"io"
 	"os/exec"
 	"sort"
 	"strings"
@@ -88,7 +89,7 @@ func (s *Sim) RestoreReport(ctx context.Context, began time.Time) (*RestoreRepor
 }
 
 // WriteText writes the report beside the snapshot's counts.
-func (r *RestoreReport) WriteText(w interface{ Write([]byte) (int, error) }, snap *restore.Snapshot) {
+func (r *RestoreReport) WriteText(w io.Writer, snap *restore.Snapshot) {
 	fmt.Fprintf(w, "restored from %s in %s: revision %d (the snapshot's %d, moved on by %d)\n", snap.Path, r.Took.Round(100*time.Millisecond), r.Revision, snap.Revision, restore.BumpRevision)
 	seen := map[string]bool{}
 	var resources []string
