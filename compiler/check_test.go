@@ -51,6 +51,9 @@ controlPlane: nodes: {
 const haNet = ha + `network: nodes: ["10.0.0.0/16"]
 `
 
+// fcosWorker is a Fedora CoreOS worker, one line.
+const fcosWorker = `workers: nodes: w1: {address: "10.0.1.1", os: "fedora-coreos"}`
+
 // one is a single control-plane node and its network, lines 6-8; what
 // follows starts on line 9.
 const one = `
@@ -693,6 +696,33 @@ func designCases() []checkCase {
 			pass: one + `controlPlane: endpoint: {address: "10.0.0.10", mode: "external"}`,
 			fail: one + `controlPlane: endpoint: {address: "10.0.0.10", mode: "vip"}`,
 			path: "controlPlane.endpoint.mode", pos: "9:54"},
+		// Each operating system family × install source × runtime that
+		// cannot work: Ignition systems ship none of the binaries, and
+		// have no CRI-O; Debian takes either source and either engine.
+		{code: CodeOSBinaries, // Flatcar, preinstalled, containerd: at the cluster's os
+			pass: one + "os: \"flatcar\"\ninstall: source: \"download\"",
+			fail: one + "os: \"flatcar\"",
+			path: "os", pos: "9:5"},
+		{code: CodeOSBinaries, // Fedora CoreOS, preinstalled, containerd: at the node's os
+			pass: one + fcosWorker + "\ninstall: source: \"download\"",
+			fail: one + fcosWorker,
+			path: "workers.nodes.w1.os", pos: "9:47"},
+		{code: CodeOSBinaries, // Fedora CoreOS, preinstalled, cri-o
+			pass: one + "runtime: engine: \"cri-o\"",
+			fail: one + fcosWorker + "\nruntime: engine: \"cri-o\"",
+			path: "workers.nodes.w1.os", pos: "9:47"},
+		{code: CodeOSEngine, // Flatcar, download, cri-o; Debian with cri-o passes
+			pass: one + "install: source: \"download\"\nruntime: engine: \"cri-o\"",
+			fail: one + "os: \"flatcar\"\ninstall: source: \"download\"\nruntime: engine: \"cri-o\"",
+			path: "os", pos: "9:5"},
+		{code: CodeOSEngine, // Fedora CoreOS, download, cri-o; containerd passes
+			pass: one + fcosWorker + "\ninstall: source: \"download\"",
+			fail: one + fcosWorker + "\ninstall: source: \"download\"\nruntime: engine: \"cri-o\"",
+			path: "workers.nodes.w1.os", pos: "9:47"},
+		{code: CodeOSEngine, // Flatcar, preinstalled, cri-o
+			pass: one + "os: \"flatcar\"",
+			fail: one + "os: \"flatcar\"\nruntime: engine: \"cri-o\"",
+			path: "os", pos: "9:5"},
 		{code: CodeOSPackages, // keepalived and HAProxy on Flatcar: at the cluster's os
 			pass: haNet + `controlPlane: endpoint: mode: "external"` + "\nos: \"flatcar\"",
 			fail: haNet + `controlPlane: endpoint: mode: "vip"` + "\nos: \"flatcar\"",

@@ -218,6 +218,11 @@ const (
 	// InstallMarksDir records which archive members the installer put in
 	// place, since an extracted binary has no sum of its own to check.
 	InstallMarksDir = "var/lib/kcompile/artifacts"
+	// ArtifactCacheDir holds archives a node's config fetched before the
+	// first boot (Ignition's remote files, verified by their sha256),
+	// each named by its sha256; the installer extracts from it rather
+	// than downloading again.
+	ArtifactCacheDir = "var/cache/kcompile/artifacts/"
 	// Programs the units, the configurations and the users run.
 	Systemctl  = "bin/systemctl"
 	Kill       = "bin/kill"
@@ -240,9 +245,20 @@ const (
 	// PID 1, which makes what the host mounts read-only writable and then
 	// execs systemd, and the files it binds over the sysctls a machine may
 	// not write.
-	UpDir       = ".kcompile-up/"
-	UpInit      = UpDir + "init"
-	UpSysctlDir = UpDir + "sysctl/"
+	UpDir  = ".kcompile-up/"
+	UpInit = UpDir + "init"
+	// UpCmdline is the kernel command line of a machine of the Ignition
+	// target, which its PID 1 binds over /proc/cmdline while Ignition
+	// runs; UpIgnition is Ignition's program, in a layer of its own.
+	UpCmdline  = UpDir + "cmdline"
+	UpIgnition = UpDir + "ignition"
+	// UpNetwork configures the node's addresses and routes as a network
+	// boot's initramfs has them (DHCP's), for Ignition to fetch with;
+	// UpNetworkKept says the machine keeps them after Ignition, having
+	// nothing of its own that reads its config's network file.
+	UpNetwork     = UpDir + "network"
+	UpNetworkKept = UpDir + "network-kept"
+	UpSysctlDir   = UpDir + "sysctl/"
 	// UpSysfs is where up's PID 1 mounts a sysfs of the machine's own
 	// network namespace, until it has bound its network directories.
 	UpSysfs = "run/kcompile-up/sys"

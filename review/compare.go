@@ -181,7 +181,7 @@ func Compare(base, head Side, opts Options) *Report {
 		if opts.IgnoreModes {
 			fc.OldMode, fc.NewMode, modeA, modeB = "", "", 0, 0
 		}
-		fc.Kind = fileKind(p, old, modeA, new, modeB)
+		fc.Kind = fileKind(p, old, new)
 		if fc.Status == Modified && !opts.IgnoreModes && modeA != modeB {
 			fc.Details = append(fc.Details, fmt.Sprintf("mode: %04o → %04o", modeA, modeB))
 		}
@@ -250,13 +250,13 @@ func Compare(base, head Side, opts Options) *Report {
 }
 
 // fileKind is the kind of a file: a secret when either side is one.
-func fileKind(p string, old []byte, modeA fs.FileMode, new []byte, modeB fs.FileMode) Kind {
+func fileKind(p string, old, new []byte) Kind {
 	var ka, kb Kind
 	if old != nil {
-		ka = classify(p, old, modeA)
+		ka = classify(p, old)
 	}
 	if new != nil {
-		kb = classify(p, new, modeB)
+		kb = classify(p, new)
 	}
 	switch {
 	case ka == "":
@@ -613,7 +613,7 @@ func (v viewer) configLines(decode decoder, filesField string, old, new []byte) 
 		case !inB:
 			status = Removed
 		}
-		k := fileKind(p, a.Data, a.Mode, b.Data, b.Mode)
+		k := fileKind(p, a.Data, b.Data)
 		out = append(out, fmt.Sprintf("writes %s: %s, %s", p, k, status))
 		if inA && inB && a.Mode != b.Mode {
 			out = append(out, fmt.Sprintf("  mode: %04o → %04o", a.Mode, b.Mode))

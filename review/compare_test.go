@@ -2,6 +2,7 @@ package review
 
 import (
 	"bytes"
+	"encoding/base64"
 	"fmt"
 	"math/rand"
 	"os"
@@ -218,22 +219,23 @@ func TestEtcdBootstrapFlagsRestartNothing(t *testing.T) {
 	}
 }
 
-// TestSecretsAreHashed: private files, keys and encryption configs show a
-// hash, never their content, whatever their path.
+// TestSecretsAreHashed: keys and encryption configs show a hash, never
+// their content, wherever they are and whatever their mode; so does
+// anything at a path where the PKI catalogue puts a key.
 func TestSecretsAreHashed(t *testing.T) {
 	secret := "-----BEGIN EC PRIVATE KEY-----\nTOPSECRETBYTES\n-----END EC PRIVATE KEY-----\n"
 	for _, c := range []struct {
-		name string
-		data string
-		mode os.FileMode
+		name, path, data string
+		mode             os.FileMode
 	}{
-		{"a key anywhere", secret, 0o644},
-		{"an encryption config", "kind: EncryptionConfiguration\nsecret: TOPSECRETBYTES\n", 0o644},
-		{"a private file", "token TOPSECRETBYTES\n", 0o600},
+		{"a key anywhere", "nodes/n/etc/x", secret, 0o644},
+		{"an encryption config", "nodes/n/etc/x", "kind: EncryptionConfiguration\nsecret: TOPSECRETBYTES\n", 0o644},
+		{"a catalogue key path", "nodes/n/etc/kubernetes/pki/etcd/peer.key", "TOPSECRETBYTES\n", 0o644},
+		{"a kubelet key path", "systemd/nodes/n/var/lib/kubelet/pki/kubelet.key", "\x00TOPSECRETBYTES\n", 0o600},
 	} {
 		a, b := targets.NewTree(), targets.NewTree()
-		a.Add("nodes/n/etc/x", []byte(c.data), c.mode)
-		b.Add("nodes/n/etc/x", []byte(strings.ReplaceAll(c.data, "TOPSECRET", "OTHERSECRET")), c.mode)
+		a.Add(c.path, []byte(c.data), c.mode)
+		b.Add(c.path, []byte(strings.ReplaceAll(c.data, "TOPSECRET", "OTHERSECRET")), c.mode)
 		rep := Compare(Side{Tree: a}, Side{Tree: b}, Options{})
 		var out bytes.Buffer
 		rep.WriteText(&out, false)
@@ -242,5 +244,36 @@ func TestSecretsAreHashed(t *testing.T) {
 		if strings.Contains(out.String(), "SECRETBYTES") || rep.Files[0].Kind != KindSecret {
 			t.Errorf("%s leaked or was not a secret (%s):\n%s", c.name, rep.Files[0].Kind, out.String())
 		}
+	}
+}
+
+// TestPrivateFilesWithoutSecretsAreShown: a file only its owner may read
+// but holding nothing of the secrets bundle (a NetworkManager keyfile,
+// 0600 because NetworkManager ignores others) is shown in full, in a
+// tree and inside an Ignition config.
+func TestPrivateFilesWithoutSecretsAreShown(t *testing.T) {
+	keyfile := func(addr string) []byte {
+		return []byte("[connection]\nid=kcompile\ntype=ethernet\n\n[ipv4]\naddress1=" + addr + "/24,10.20.0.1\nmethod=manual\n")
+	}
+	ign := func(addr string) []byte {
+		return []byte(`{"ignition":{"version":"3.4.0"},"storage":{"files":[{"path":"/etc/NetworkManager/system-connections/kcompile.nmconnection","mode":384,"contents":{"source":"data:;base64,` +
+			base64.StdEncoding.EncodeToString(keyfile(addr)) + `"}}]}}`)
+	}
+	a, b := targets.NewTree(), targets.NewTree()
+	a.Add("nodes/fc1/etc/NetworkManager/system-connections/kcompile.nmconnection", keyfile("10.20.0.31"), 0o600)
+	b.Add("nodes/fc1/etc/NetworkManager/system-connections/kcompile.nmconnection", keyfile("10.20.0.32"), 0o600)
+	a.Add("ignition/nodes/fc1/config.ign", ign("10.20.0.31"), 0o600)
+	b.Add("ignition/nodes/fc1/config.ign", ign("10.20.0.32"), 0o600)
+	rep := Compare(Side{Tree: a}, Side{Tree: b}, Options{})
+	var out bytes.Buffer
+	rep.WriteText(&out, false)
+	text := out.String()
+	for _, want := range []string{"-address1=10.20.0.31/24,10.20.0.1", "+address1=10.20.0.32/24,10.20.0.1"} {
+		if n := strings.Count(text, want); n != 2 {
+			t.Errorf("%q appears %d times, want twice (the tree's keyfile and the config's):\n%s", want, n, text)
+		}
+	}
+	if strings.Contains(text, "secret") {
+		t.Errorf("a keyfile without secrets is called one:\n%s", text)
 	}
 }

@@ -11,13 +11,14 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
-	"io/fs"
+	"path"
 	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
 
 	"github.com/kcompile/kcompile/compiler/pki"
+	"github.com/kcompile/kcompile/layout"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
@@ -36,8 +37,8 @@ const (
 	// KindKubeconfig files are shown by cluster, user and context, their
 	// credentials as certificate fields and hashes.
 	KindKubeconfig Kind = "kubeconfig"
-	// KindSecret files (private keys, encryption keys, any file readable
-	// by its owner only) are shown as a content hash.
+	// KindSecret files (private keys, encryption configurations) are
+	// shown as a content hash.
 	KindSecret Kind = "secret"
 	// KindUserData files (cloud-init user-data) are shown as the files
 	// they write, each in its own kind, and the rest of the config.
@@ -50,11 +51,17 @@ const (
 )
 
 // classify says how a file is shown. A file is a secret when either side
-// is: a private key, an encryption configuration, or a file its mode keeps
-// private; kinds that carry secrets themselves (kubeconfigs, user-data)
-// redact them in their own views.
-func classify(path string, data []byte, mode fs.FileMode) Kind {
+// is: what the secrets bundle puts in a tree, a private key (at a path
+// where the PKI catalogue puts keys, whatever it holds, or anywhere its
+// PEM says so) or an encryption configuration; kinds that carry secrets
+// themselves (kubeconfigs, user-data, Ignition configs) redact them in
+// their own views. A file's mode says nothing: a NetworkManager keyfile
+// or a unit is owner-only because its reader or the CIS benchmark asks
+// it, and a reviewer must see it.
+func classify(path string, data []byte) Kind {
 	switch {
+	case keyPath(path):
+		return KindSecret
 	case isUserData(data):
 		return KindUserData
 	case isIgnition(path, data):
@@ -66,32 +73,30 @@ func classify(path string, data []byte, mode fs.FileMode) Kind {
 	case bytes.HasPrefix(data, []byte("-----BEGIN CERTIFICATE-----")):
 		return KindCertificate
 	case !utf8.Valid(data) || bytes.IndexByte(data, 0) >= 0:
-		if mode != 0 && mode&0o077 == 0 {
-			return KindSecret
-		}
 		return KindBinary
-	// Units and component configurations are owner-only because the
-	// CIS benchmark asks it of them, not because they hold secrets: they
-	// name key files, never contain keys (checked above).
 	case strings.HasSuffix(path, ".service") || strings.HasSuffix(path, ".socket") ||
 		strings.HasSuffix(path, ".timer") || strings.HasSuffix(path, ".mount") ||
 		(strings.Contains(path, "/systemd/system/") && strings.HasSuffix(path, ".conf")):
 		return KindUnit
-	case isComponentConfig(data):
-		return KindText
-	// Anything else only its owner may read is treated as a secret,
-	// whatever it looks like.
-	case mode != 0 && mode&0o077 == 0:
-		return KindSecret
 	}
 	return KindText
 }
 
-// isComponentConfig recognises the configuration files of Kubernetes
-// components by their API group.
-func isComponentConfig(data []byte) bool {
-	for _, group := range []string{"kubelet.config.k8s.io/", "kubeproxy.config.k8s.io/", "kubescheduler.config.k8s.io/", "audit.k8s.io/"} {
-		if bytes.HasPrefix(data, []byte("apiVersion: "+group)) {
+// keyPath says whether a tree path is one where the PKI catalogue puts a
+// private key: a ".key" file in a node's PKI directories (kubeadm's, the
+// kubelet's), in a tree (under any target's directory) or on a node (a
+// path a node config writes).
+func keyPath(p string) bool {
+	rel := p
+	if _, r := splitNode(p); r != "" {
+		rel = r
+	}
+	rel = strings.TrimPrefix(rel, "/")
+	if !strings.HasSuffix(rel, ".key") {
+		return false
+	}
+	for _, dir := range []string{layout.PKIDir, path.Dir(layout.KubeletServingStem) + "/"} {
+		if strings.HasPrefix(rel, dir) {
 			return true
 		}
 	}

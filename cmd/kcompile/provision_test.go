@@ -17,12 +17,15 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/kcompile/kcompile/internal/fixture"
 	"github.com/kcompile/kcompile/targets/ignition"
 )
 
@@ -481,6 +484,8 @@ func TestProvisionMatchboxIgnition(t *testing.T) {
 		if !strings.HasPrefix(url, "http://"+httpAddr+"/") || !strings.Contains(script, first) {
 			t.Fatalf("%s: the iPXE script does not point Ignition at Matchbox:\n%s", node, script)
 		}
+		holdIPXE(t, node, script)
+		goldenIPXE(t, node, strings.ReplaceAll(script, httpAddr, "10.20.0.5:8080"))
 		got := fetch(t, httpAddr, strings.TrimPrefix(url, "http://"+httpAddr))
 		if !bytes.Equal(got, want) {
 			t.Errorf("%s: Matchbox serves %d bytes at %s, want the %d compiled", node, len(got), url, len(want))
@@ -496,5 +501,78 @@ func TestProvisionMatchboxIgnition(t *testing.T) {
 	code, stdout, stderr = kcompile(t, "", append(provision, "--destroy", "--auto-approve")...)
 	if code != 0 || !strings.Contains(stdout, "8 to destroy") {
 		t.Fatalf("destroy: exit %d\n%s%s", code, stdout, stderr)
+	}
+}
+
+// holdIPXE holds the iPXE script Matchbox serves a node to what each
+// firmware needs of it. BIOS machines (undionly.kpxe) and UEFI ones
+// (ipxe.efi) run the same script: under BIOS, iPXE hands the initrds to
+// the kernel through the boot protocol, and the command line must carry
+// Ignition's arguments; under UEFI, the kernel's EFI stub loads only the
+// initrds named on its command line (initrd=NAME), NAME being what iPXE
+// calls the image (--name, or the last segment of its URL), and an
+// initrd= naming no image would fail the boot.
+func holdIPXE(t *testing.T, node, script string) {
+	t.Helper()
+	var args []string
+	var images []string
+	for _, line := range strings.Split(script, "\n") {
+		f := strings.Fields(line)
+		switch {
+		case len(f) >= 2 && f[0] == "kernel":
+			args = f[2:]
+		case len(f) >= 2 && f[0] == "initrd":
+			name := path.Base(f[len(f)-1])
+			if len(f) == 4 && f[1] == "--name" {
+				name = f[2]
+			}
+			images = append(images, name)
+		}
+	}
+	if len(images) == 0 {
+		t.Fatalf("%s: the script loads no initrd:\n%s", node, script)
+	}
+	// BIOS: the first boot and the config's URL are on the command line.
+	first := map[bool][]string{true: {"ignition.firstboot", "ignition.platform.id=metal"}, false: {"flatcar.first_boot=yes"}}[node == "fc1"]
+	for _, want := range first {
+		if !slices.Contains(args, want) {
+			t.Errorf("%s (BIOS): the command line lacks %s: %q", node, want, args)
+		}
+	}
+	// UEFI: every image named, and every name an image.
+	named := map[string]bool{}
+	for _, a := range args {
+		if n, ok := strings.CutPrefix(a, "initrd="); ok {
+			named[n] = true
+			if !slices.Contains(images, n) {
+				t.Errorf("%s (UEFI): initrd=%s names no image the script loads (%q)", node, n, images)
+			}
+		}
+	}
+	for _, img := range images {
+		if !named[img] {
+			t.Errorf("%s (UEFI): the kernel would not load initrd %s: no initrd=%s in %q", node, img, img, args)
+		}
+	}
+}
+
+// goldenIPXE compares the script Matchbox serves a node, for BIOS and
+// UEFI machines alike, with golden/flatcar/matchbox/NODE.ipxe;
+// KCOMPILE_UPDATE=1 rewrites it.
+func goldenIPXE(t *testing.T, node, script string) {
+	t.Helper()
+	p := fixture.Path("golden/flatcar/matchbox/" + node + ".ipxe")
+	if os.Getenv("KCOMPILE_UPDATE") != "" {
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(script), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(p)
+	if err != nil || string(want) != script {
+		t.Errorf("%s: Matchbox serves\n%s\nnot %s (%v); KCOMPILE_UPDATE=1 rewrites it", node, script, p, err)
 	}
 }

@@ -20,9 +20,9 @@ import (
 // upCmd boots the compiled cluster, one systemd-nspawn machine per node.
 type upCmd struct {
 	specAndSecrets
-	Target   string        `enum:"${up_targets}" default:"systemd" help:"What each machine boots: systemd (the node's systemd tree laid over the image) or cloudinit (the stock image with the node's NoCloud seed, as a network-booted machine)."`
+	Target   string        `enum:"${up_targets}" default:"systemd" help:"What each machine boots: systemd (the node's systemd tree laid over the image), cloudinit (the stock image with the node's NoCloud seed, as a network-booted machine) or ignition (Flatcar and Fedora CoreOS nodes: Ignition's own stages fetch the node's config and artifacts from up's Matchbox at boot.matchboxURL on the first boot)."`
 	Work     string        `help:"Work directory: the trees, the machines' disks and consoles, the journal kcompile down reads. Default /var/lib/kcompile/up/<cluster name>." placeholder:"DIR"`
-	Binaries string        `help:"Directory holding the binaries the install unit checks, by name (kubelet, etcd, containerd, runc, bridge...); up puts each where the install unit expects it. scripts/tools builds one in .bin/node." placeholder:"DIR"`
+	Binaries string        `help:"Directory holding the binaries the install unit checks, by name (kubelet, etcd, containerd, runc, bridge...); up puts each where the install unit expects it, or with --target ignition serves each artifact of the spec under Matchbox's assets by its URL's last segment, and runs its ignition program in each machine. scripts/tools builds one in .bin/node." placeholder:"DIR"`
 	Images   string        `help:"Directory of the programs the cluster's images are packed from; scripts/tools builds one in .bin/images." placeholder:"DIR"`
 	Image    string        `help:"Root file system every machine boots (Debian with systemd); default: one built once with debootstrap and cached." placeholder:"ROOTFS"`
 	Cache    string        `default:"/var/cache/kcompile" help:"Where the debootstrapped image is cached."`
@@ -49,8 +49,8 @@ func (c *upCmd) Run(e *env) error {
 		signal.Ignore(syscall.SIGPIPE)
 	}
 	targets := []pipeline.Target{pipeline.Systemd}
-	if pipeline.Target(c.Target) == pipeline.CloudInit {
-		targets = append(targets, pipeline.CloudInit)
+	if t := pipeline.Target(c.Target); t != pipeline.Systemd {
+		targets = append(targets, t)
 	}
 	out, err := c.run(e, targets...)
 	if err != nil {
@@ -87,6 +87,7 @@ func (c *upCmd) Run(e *env) error {
 		Cluster:   out.Cluster,
 		Systemd:   out.Trees[pipeline.Systemd],
 		CloudInit: out.Trees[pipeline.CloudInit],
+		Ignition:  out.Trees[pipeline.Ignition],
 		Target:    pipeline.Target(c.Target),
 		Work:      work,
 		Image:     c.Image,

@@ -230,12 +230,28 @@ func decide(c *ir.Cluster, p *plan, h hostFacts, target pipeline.Target, mirror 
 		why += "; the endpoint is given by name, and its address is what the name resolves to on this host"
 	}
 	a.add("hosts", what, why)
-	if target != pipeline.CloudInit {
+	switch target {
+	case pipeline.Systemd:
 		a.files[layout.CloudInitOff] = []byte("# kcompile up: the systemd target carries no cloud-init seed.\n")
 		a.add("cloud-init-disabled", "cloud-init disabled ("+layout.CloudInitOff+")",
 			"the image carries cloud-init for the cloud-init target; with a systemd tree it has nothing to do and would configure the network by DHCP")
 		a.add("addresses", "node addresses and default routes configured in each machine's network namespace before it boots",
 			"a systemd tree carries no network configuration: on bare metal the installed system has it (the cloud-init target carries the spec's)")
+	case pipeline.Ignition:
+		a.files[layout.CloudInitOff] = []byte("# kcompile up: the Ignition target's machines are configured by Ignition.\n")
+		a.add("cloud-init-disabled", "cloud-init disabled ("+layout.CloudInitOff+")",
+			"the image carries cloud-init for the cloud-init target; Flatcar and Fedora CoreOS have none, and it would configure the network by DHCP")
+		a.add("stand-in", "each Flatcar or Fedora CoreOS node boots the Debian image, configured by its Ignition config as its family would be",
+			"up has no Flatcar or Fedora CoreOS image; the config, its files, units, users and the binaries it fetches are the node's own")
+		a.add("initramfs-network", "on a machine's first boot its PID 1 configures the node's addresses and default routes ("+layout.Abs(layout.UpNetwork)+") before Ignition and removes them after, as a network boot's initramfs does with DHCP's; the config's network file then configures the node (systemd-networkd on Flatcar)",
+			"Ignition fetches the config over the network before the system, which reads the config's network file, starts")
+		a.add("fcos-network", "Fedora CoreOS machines keep those addresses and routes, on every boot ("+layout.Abs(layout.UpNetworkKept)+")",
+			"Fedora CoreOS's network file is a NetworkManager keyfile, which the Debian image standing in for it has nothing to read; the addresses are the keyfile's")
+		a.add("first-boot", "on a machine's first boot (the family's flag, /boot/flatcar/first_boot or /boot/ignition.firstboot, which up writes and the boot removes), its PID 1 runs Ignition's stages against its root ("+layout.Abs(layout.UpIgnition)+" --platform=metal: fetch-offline, fetch, files) with the node's Matchbox profile's kernel command line ("+layout.Abs(layout.UpCmdline)+") bound over /proc/cmdline, then makes the boot systemd's first (/etc/machine-id \"uninitialized\"), which applies the presets Ignition wrote",
+			"a network-booted Flatcar or Fedora CoreOS machine runs Ignition in its initramfs before systemd; up's machines have no initramfs, and systemd-nspawn shows them the host's kernel command line")
+		a.add("wheel", "a wheel group made in Fedora CoreOS machines before Ignition adds users",
+			"Fedora CoreOS has the group its sudo users join; the Debian image standing in for it has not, and Ignition's useradd refuses a group that does not exist")
+		init.WriteString(ignitionInit)
 	}
 	if mirror != "" {
 		const why = "the spec names no mirror up can serve its images at; set runtime.mirrors to compile one in"

@@ -69,8 +69,8 @@ func compileWith(t testing.TB, dir string, overlay map[string][]byte, target pip
 		t.Fatal(err)
 	}
 	ts := []pipeline.Target{pipeline.Systemd}
-	if target == pipeline.CloudInit {
-		ts = append(ts, pipeline.CloudInit)
+	if target != pipeline.Systemd {
+		ts = append(ts, target)
 	}
 	out, err := pipeline.Run(pipeline.Input{Source: compiler.Source{Dir: dir, Overlay: overlay}, Bundle: b, Now: time.Now(), Issue: true, Targets: ts})
 	if err != nil {
@@ -112,7 +112,7 @@ func bootIn(t testing.TB, out *pipeline.Output, target pipeline.Target, work str
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	cfg := Config{
-		Cluster: out.Cluster, Systemd: out.Trees[pipeline.Systemd], CloudInit: out.Trees[pipeline.CloudInit],
+		Cluster: out.Cluster, Systemd: out.Trees[pipeline.Systemd], CloudInit: out.Trees[pipeline.CloudInit], Ignition: out.Trees[pipeline.Ignition],
 		Target: target, Work: work, Cache: "/var/cache/kcompile", Binaries: binaries, Registry: reg,
 		Version: "test", Log: &log, Now: time.Now, Recover: recover,
 	}

@@ -25,7 +25,7 @@ func checkHere(t *testing.T, c *ir.Cluster) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	why, _ := check(t.Context(), c, h, nil)
+	why, _ := check(t.Context(), c, pipeline.Systemd, h, nil)
 	return why
 }
 
@@ -42,18 +42,18 @@ func resolveTo(addrs ...string) Resolver {
 func TestCheckKernelModules(t *testing.T) {
 	ipvs := compileDir(t, fixture.Path("examples/single-node"), map[string]string{"x.cue": "package cluster\nnetwork: kubeProxy: mode: \"ipvs\"\n"})
 	h := ampleHost()
-	if why, _ := check(t.Context(), ipvs, h, nil); len(why) != 0 {
+	if why, _ := check(t.Context(), ipvs, pipeline.Systemd, h, nil); len(why) != 0 {
 		t.Fatalf("a kernel with IPVS built in: %q", why)
 	}
 	delete(h.kernel.config, "CONFIG_IP_VS")
-	why, _ := check(t.Context(), ipvs, h, nil)
+	why, _ := check(t.Context(), ipvs, pipeline.Systemd, h, nil)
 	wantOne(t, why, "refusal", "network.kubeProxy.mode ipvs", "ip_vs", "6.1.0-test", "does not set CONFIG_IP_VS", "use nftables or iptables")
 	h.kernel.config["CONFIG_IP_VS"] = "m"
-	why, _ = check(t.Context(), ipvs, h, nil)
+	why, _ = check(t.Context(), ipvs, pipeline.Systemd, h, nil)
 	wantOne(t, why, "refusal", "built as modules but not loaded: modprobe ip_vs on the host first")
 	h.kernel.config = map[string]string{}
 	h.kernel.loaded = map[string]bool{"overlay": true, "br_netfilter": true, "nf_conntrack": true, "vxlan": true}
-	why, _ = check(t.Context(), ipvs, h, nil)
+	why, _ = check(t.Context(), ipvs, pipeline.Systemd, h, nil)
 	wantOne(t, why, "refusal", "no /proc/config.gz", "modprobe ip_vs ip_vs_rr ip_vs_sh ip_vs_wrr on the host first")
 
 	// This host, as the boot tests find it: ipvs is refused exactly
@@ -74,7 +74,7 @@ func TestCheckConntrack(t *testing.T) {
 	c := fixture.Cluster(t, "single-node", nil)
 	h := ampleHost()
 	h.conntrack = conntrackFacts{max: 65536, hashsize: 16384, cpus: 2}
-	why, _ := check(t.Context(), c, h, nil)
+	why, _ := check(t.Context(), c, pipeline.Systemd, h, nil)
 	if len(why) != 2 {
 		t.Fatalf("want the limit and the hash size refused: %q", why)
 	}
@@ -85,18 +85,18 @@ func TestCheckConntrack(t *testing.T) {
 	}
 	// kube-proxy raises only a lower limit.
 	h.conntrack = conntrackFacts{max: 262144, hashsize: 65536, cpus: 8}
-	if why, _ := check(t.Context(), c, h, nil); len(why) != 0 {
+	if why, _ := check(t.Context(), c, pipeline.Systemd, h, nil); len(why) != 0 {
 		t.Errorf("limits equal to kube-proxy's: %q", why)
 	}
 	h.conntrack.max = 200000
-	why, _ = check(t.Context(), c, h, nil)
+	why, _ = check(t.Context(), c, pipeline.Systemd, h, nil)
 	wantOne(t, why, "refusal", "nf_conntrack_max to 262144 (32768 per CPU, 8 CPUs", "this host's is 200000", "sysctl -w net.netfilter.nf_conntrack_max=262144")
 	h.conntrack = conntrackFacts{max: 1 << 20, hashsize: 1 << 18, cpus: 64}
-	if why, _ := check(t.Context(), c, h, nil); len(why) != 0 {
+	if why, _ := check(t.Context(), c, pipeline.Systemd, h, nil); len(why) != 0 {
 		t.Errorf("64 CPUs ask for the 1,048,576 cap, which the host has: %q", why)
 	}
 	h.conntrack = conntrackFacts{cpus: 2}
-	why, _ = check(t.Context(), c, h, nil)
+	why, _ = check(t.Context(), c, pipeline.Systemd, h, nil)
 	wantOne(t, why, "refusal", "nf_conntrack is not loaded", "modprobe nf_conntrack on the host first")
 	if n, err := countCPUs("0-3,8,10-11"); n != 7 || err != nil {
 		t.Errorf("countCPUs = %d, %v", n, err)
@@ -107,12 +107,12 @@ func TestCheckNamedEndpoint(t *testing.T) {
 	named := compileDir(t, fixture.Path("examples/single-node"), map[string]string{"x.cue": "package cluster\ncontrolPlane: endpoint: host: \"api.lab.test\"\n"})
 	h := ampleHost()
 	nxdomain := func(context.Context, string) ([]netip.Addr, error) { return nil, errors.New("no such host") }
-	why, _ := check(t.Context(), named, h, nxdomain)
+	why, _ := check(t.Context(), named, pipeline.Systemd, h, nxdomain)
 	wantOne(t, why, "refusal", `controlPlane.endpoint.host "api.lab.test" does not resolve on this host (no such host)`, "192.168.50.0/24", "/etc/hosts")
-	why, _ = check(t.Context(), named, h, resolveTo("203.0.113.7"))
+	why, _ = check(t.Context(), named, pipeline.Systemd, h, resolveTo("203.0.113.7"))
 	wantOne(t, why, "refusal", "resolves on this host to 203.0.113.7, on no node network (192.168.50.0/24)")
 
-	why, at := check(t.Context(), named, h, resolveTo("2001:db8::1", "192.168.50.20"))
+	why, at := check(t.Context(), named, pipeline.Systemd, h, resolveTo("2001:db8::1", "192.168.50.20"))
 	if len(why) != 0 || at != netip.MustParseAddr("192.168.50.20") {
 		t.Fatalf("a name on the node network: %q, %s", why, at)
 	}
@@ -169,7 +169,7 @@ func TestCheckRefusesTheModesUpCannotBoot(t *testing.T) {
 		{"cilium vxlan", cilium("vxlan"), ampleHost(), nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			why, _ := check(t.Context(), tc.cluster, tc.host, resolveTo("10.0.0.1", "192.168.50.20", "10.40.0.5"))
+			why, _ := check(t.Context(), tc.cluster, pipeline.Systemd, tc.host, resolveTo("10.0.0.1", "192.168.50.20", "10.40.0.5"))
 			var cni []string
 			for _, w := range why {
 				if strings.HasPrefix(w, "network.cni.") {

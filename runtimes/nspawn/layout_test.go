@@ -17,6 +17,7 @@ import (
 	"github.com/kcompile/kcompile/pipeline"
 	"github.com/kcompile/kcompile/targets"
 	"github.com/kcompile/kcompile/targets/cloudinit"
+	"github.com/kcompile/kcompile/targets/ignition"
 	"github.com/kcompile/kcompile/targets/systemd"
 )
 
@@ -58,9 +59,18 @@ func TestCompiledFilesReachTheMachines(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				var ci *targets.Tree
+				var ci, ign *targets.Tree
 				if target == pipeline.CloudInit {
 					if ci, _, err = cloudinit.Build(m, sd); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if target == pipeline.Ignition {
+					if c.Boot == nil {
+						// Check refuses it: no Matchbox to serve at.
+						return
+					}
+					if ign, _, err = ignition.Build(m, sd); err != nil {
 						t.Fatal(err)
 					}
 				}
@@ -72,7 +82,7 @@ func TestCompiledFilesReachTheMachines(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				cl := &Cluster{cfg: Config{Cluster: c, Systemd: sd, CloudInit: ci, Target: target, Work: work,
+				cl := &Cluster{cfg: Config{Cluster: c, Systemd: sd, CloudInit: ci, Ignition: ign, Target: target, Work: work,
 					Registry: fakeRegistry(registries(t, c)), Version: "test"}, p: p, image: image}
 				cl.j = &journal{path: filepath.Join(work, StateName), state: State{Cluster: c.Name}}
 				mirror, mirrorAdjust, err := cl.mirrorAddress()
@@ -87,8 +97,8 @@ func TestCompiledFilesReachTheMachines(t *testing.T) {
 					t.Fatal(err)
 				}
 				for _, mach := range p.machines {
-					if target == pipeline.CloudInit && mach.node.OS.Ignition() {
-						// Check refuses them: the cloud-init tree has
+					if target == pipeline.CloudInit && mach.node.OS.Ignition() || target == pipeline.Ignition && !mach.node.OS.Ignition() {
+						// Check refuses them: the target's tree has
 						// none of their files.
 						continue
 					}
@@ -196,6 +206,21 @@ func checkMachineRoot(t *testing.T, cl *Cluster, mach *machine) {
 		}
 		if seeded == 0 {
 			t.Errorf("%s: no seed", mach.name)
+		}
+	case pipeline.Ignition:
+		// The machine boots the image and Ignition's program; its
+		// config writes the node's files, where up writes nothing
+		// (above), and up gives it its profile's command line and its
+		// family's first-boot flag.
+		if len(mach.lowers) == 0 || mach.lowers[len(mach.lowers)-1] != cl.image || slices.Contains(mach.lowers, filepath.Join(cl.cfg.Work, "tree", layout.NodeTree(mach.name, ""))) {
+			t.Errorf("%s: the Ignition target boots layers %q", mach.name, mach.lowers)
+		}
+		cmdline, err := os.ReadFile(filepath.Join(upper, layout.UpCmdline))
+		if err != nil || !strings.Contains(string(cmdline), "ignition.config.url="+cl.cfg.Cluster.Boot.MatchboxURL+"/ignition?mac="+strings.ReplaceAll(mach.node.MAC, ":", "-")) {
+			t.Errorf("%s: kernel command line %q (%v)", mach.name, cmdline, err)
+		}
+		if _, err := os.Stat(filepath.Join(upper, firstBootFlag(mach.node.OS))); err != nil {
+			t.Errorf("%s: no first-boot flag: %v", mach.name, err)
 		}
 	}
 }

@@ -198,7 +198,7 @@ func (c *Cluster) nspawnArgs(m *machine, cgroups []string) []string {
 
 // boot starts the machine once: network, then nspawn.
 func (c *Cluster) boot(m *machine) error {
-	if err := c.network(m, c.cfg.Target != pipeline.CloudInit); err != nil {
+	if err := c.network(m, c.cfg.Target == pipeline.Systemd); err != nil {
 		return err
 	}
 	cgroups, err := c.makeCgroups(m)

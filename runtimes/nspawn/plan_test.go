@@ -439,6 +439,19 @@ func TestReadmeListsEveryAdjustment(t *testing.T) {
 	for _, x := range a.list {
 		applied[x.Name] = true
 	}
+	// And what the Ignition target adds.
+	flatcar := compileDir(t, fixture.Path("examples/flatcar"), nil)
+	fp, err := newPlan(flatcar, "/w")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err = decide(flatcar, fp, everyFact(), pipeline.Ignition, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range a.list {
+		applied[x.Name] = true
+	}
 	const page = "docs/up.md"
 	data, err := os.ReadFile(fixture.Path(page))
 	if err != nil {

@@ -34,13 +34,18 @@ import (
 	"github.com/kcompile/kcompile/layout"
 	"github.com/kcompile/kcompile/pipeline"
 	"github.com/kcompile/kcompile/targets"
+	"github.com/kcompile/kcompile/targets/ignition"
 	"github.com/kcompile/kcompile/targets/systemd"
 )
 
 // Targets are what a machine can boot from: pipeline.Systemd lays the
 // node's systemd tree over the image; pipeline.CloudInit boots the stock
-// image with the node's NoCloud seed, as a network-booted machine would.
-func Targets() []pipeline.Target { return []pipeline.Target{pipeline.Systemd, pipeline.CloudInit} }
+// image with the node's NoCloud seed, and pipeline.Ignition with
+// Ignition's stages fetching the node's config from up's Matchbox, as a
+// network-booted machine would.
+func Targets() []pipeline.Target {
+	return []pipeline.Target{pipeline.Systemd, pipeline.CloudInit, pipeline.Ignition}
+}
 
 // DefaultWork is the work directory of the cluster named name when the
 // user names none: under /var/lib, as systemd-nspawn keeps its machines,
@@ -51,9 +56,10 @@ func DefaultWork(name string) string { return filepath.Join("/var/lib/kcompile/u
 type Config struct {
 	Cluster *ir.Cluster
 	// Systemd is the systemd tree; CloudInit the cloud-init tree, for
-	// pipeline.CloudInit.
-	Systemd, CloudInit *targets.Tree
-	Target             pipeline.Target
+	// pipeline.CloudInit; Ignition the Ignition tree, for
+	// pipeline.Ignition.
+	Systemd, CloudInit, Ignition *targets.Tree
+	Target                       pipeline.Target
 	// Work is the work directory (absolute): the trees, the machines'
 	// layers and logs, the journal.
 	Work string
@@ -62,7 +68,9 @@ type Config struct {
 	Image, Cache string
 	// Binaries holds the nodes' binaries by name (kubelet, etcd, runc,
 	// bridge...); up lays them out where the install unit expects them,
-	// in a layer between the tree and the image.
+	// in a layer between the tree and the image. For pipeline.Ignition
+	// it serves them as Matchbox's assets instead, and it holds
+	// Ignition's program (IgnitionProgram).
 	Binaries string
 	// Registry serves the images the cluster pulls. When it is nil, Up
 	// plans one from the programs in Images (NewRegistry), refusing a
@@ -154,6 +162,8 @@ type Cluster struct {
 	// live is the cluster as its machines now are: the booted one, or
 	// the state of the last machine apply added or removed.
 	live *ir.Cluster
+	// matchbox serves the Ignition target's configs and artifacts.
+	matchbox *matchbox
 }
 
 // served is the end of the registry's start.
@@ -218,7 +228,7 @@ type Resolver func(ctx context.Context, host string) ([]netip.Addr, error)
 // resolved by resolve (nil: the host's resolver). It returns the address
 // a named endpoint resolves to, which the machines are given in their
 // /etc/hosts.
-func check(ctx context.Context, c *ir.Cluster, h hostFacts, resolve Resolver) (why []string, endpoint netip.Addr) {
+func check(ctx context.Context, c *ir.Cluster, target pipeline.Target, h hostFacts, resolve Resolver) (why []string, endpoint netip.Addr) {
 	switch c.Network.CNI.Plugin {
 	case "flannel":
 		if c.Network.CNI.Mode == "wireguard" {
@@ -240,8 +250,8 @@ func check(ctx context.Context, c *ir.Cluster, h hostFacts, resolve Resolver) (w
 		why = append(why, fmt.Sprintf("runtime.engine %s: up boots containerd nodes only", c.Runtime.Engine))
 	}
 	for _, n := range c.Nodes {
-		if n.OS.Ignition() {
-			why = append(why, fmt.Sprintf("%s: node %s runs %s, but up's machines are Debian, laid out as a cloud-init node; boot the spec with os \"debian\" (the units and configurations are the same)", n.OSPath, n.Name, n.OS.Name()))
+		if n.OS.Ignition() && target != pipeline.Ignition {
+			why = append(why, fmt.Sprintf("%s: node %s runs %s, which boots from its Ignition config: boot the cluster with --target ignition", n.OSPath, n.Name, n.OS.Name()))
 			break
 		}
 	}
@@ -298,7 +308,16 @@ func Up(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading the host: %w", err)
 	}
-	why, named := check(ctx, cfg.Cluster, h, cfg.Resolve)
+	why, named := check(ctx, cfg.Cluster, cfg.Target, h, cfg.Resolve)
+	var mb *matchbox
+	if cfg.Target == pipeline.Ignition {
+		if cfg.Ignition == nil {
+			return nil, errors.New("kcompile bug: the Ignition target without its tree")
+		}
+		var more []string
+		mb, more = planMatchbox(cfg.Cluster, cfg.Ignition, cfg.Binaries)
+		why = append(why, more...)
+	}
 	if len(why) > 0 {
 		return nil, fmt.Errorf("this cluster cannot be booted here; nothing was started:\n  %s", strings.Join(why, "\n  "))
 	}
@@ -358,7 +377,7 @@ func Up(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 			return nil, fmt.Errorf("the host is not ready for this cluster; nothing was made:\n  %s", strings.Join(why, "\n  "))
 		}
 	}
-	c := &Cluster{cfg: cfg, p: p, events: make(chan *machine, len(p.machines)), start: cfg.Now(), lock: lock, live: cfg.Cluster}
+	c := &Cluster{cfg: cfg, p: p, events: make(chan *machine, len(p.machines)), start: cfg.Now(), lock: lock, live: cfg.Cluster, matchbox: mb}
 	mirror, mirrorAdjust, err := c.mirrorAddress()
 	if err != nil {
 		return nil, err
@@ -421,6 +440,9 @@ func (c *Cluster) preflight(ctx context.Context, h preflight) error {
 	}
 	if c.p.endpoint.IsValid() {
 		listen = append(listen, service{at: c.p.endpoint, what: "the API endpoint", setByPath: "controlPlane.endpoint"})
+	}
+	if c.matchbox != nil {
+		listen = append(listen, service{at: c.matchbox.addr, what: "Matchbox (the nodes' Ignition configs and artifacts)", setByPath: "boot.matchboxURL"})
 	}
 	f, err := h.check(ctx, c.cfg.Cluster.Network.NodeNetworks, listen)
 	if err != nil {
@@ -586,6 +608,12 @@ func (c *Cluster) prepare(ctx context.Context) error {
 	if err := c.bridge(); err != nil {
 		return err
 	}
+	if c.matchbox != nil {
+		if err := c.matchbox.serve(c.ctx); err != nil {
+			return fmt.Errorf("serving Matchbox on %s: %v", c.matchbox.addr, err)
+		}
+		c.logf("Matchbox serving on %s: %d Ignition configs, %d assets", c.matchbox.addr, len(c.matchbox.configs), len(c.matchbox.assets))
+	}
 	if c.p.egress != nil {
 		if err := c.startEgress(); err != nil {
 			return err
@@ -638,7 +666,7 @@ func (c *Cluster) prepare(ctx context.Context) error {
 // writeTrees writes the compiled trees into the work directory: a
 // machine of the systemd target boots its node's tree as a layer.
 func (c *Cluster) writeTrees() error {
-	for name, tree := range map[string]*targets.Tree{"tree": c.cfg.Systemd, "cloudinit": c.cfg.CloudInit} {
+	for name, tree := range map[string]*targets.Tree{"tree": c.cfg.Systemd, "cloudinit": c.cfg.CloudInit, "ignition": c.cfg.Ignition} {
 		if tree == nil {
 			continue
 		}
@@ -660,6 +688,9 @@ func (c *Cluster) writeTrees() error {
 // nor the image has is reported before anything boots: the install unit
 // would fail the same way, later and inside a machine.
 func (c *Cluster) binariesLayer() (string, error) {
+	if c.cfg.Target == pipeline.Ignition {
+		return c.ignitionLayer()
+	}
 	if c.cfg.Cluster.Install.Source == "download" && c.cfg.Binaries == "" {
 		return "", nil
 	}
@@ -668,6 +699,21 @@ func (c *Cluster) binariesLayer() (string, error) {
 		return "", err
 	}
 	return layer, c.layBinaries(layer, c.cfg.Binaries, c.cfg.Cluster.Nodes)
+}
+
+// ignitionLayer is the layer of the Ignition target's machines: only
+// Ignition's program, which a distribution's initramfs carries. The
+// binaries the nodes need come from their configs.
+func (c *Cluster) ignitionLayer() (string, error) {
+	src := filepath.Join(c.cfg.Binaries, IgnitionProgram)
+	if c.cfg.Binaries == "" || !isExecutable(src) {
+		return "", fmt.Errorf("up --target ignition runs Ignition's own program in each machine, as the distributions' initramfs does, and --binaries DIR holds no %s (scripts/tools builds .bin/node/%s)", IgnitionProgram, IgnitionProgram)
+	}
+	layer := filepath.Join(c.cfg.Work, "initramfs")
+	if err := c.mkdir(layer); err != nil {
+		return "", err
+	}
+	return layer, linkOrCopy(src, filepath.Join(layer, layout.UpIgnition))
 }
 
 // layBinaries lays the binaries nodes' install units check into layer,
@@ -763,7 +809,11 @@ func (c *Cluster) bridge() error {
 		}
 	}
 	addrs := slices.Clone(p.gateways)
-	for _, extra := range []netip.Addr{p.endpoint.Addr(), c.mirror.Addr()} {
+	extras := []netip.Addr{p.endpoint.Addr(), c.mirror.Addr()}
+	if c.matchbox != nil {
+		extras = append(extras, c.matchbox.addr.Addr())
+	}
+	for _, extra := range extras {
 		if !extra.IsValid() {
 			continue
 		}
@@ -834,6 +884,25 @@ func (c *Cluster) layout(cl *ir.Cluster, m *machine) error {
 	}
 	modes := map[string]os.FileMode{layout.UpInit: 0o755}
 	files[layout.UpInit] = []byte(c.adjust.init)
+	var configWrites map[string]targets.File
+	if c.cfg.Target == pipeline.Ignition {
+		cmdline, err := kernelCmdline(cl, m.node)
+		if err != nil {
+			return err
+		}
+		files[layout.UpCmdline] = []byte(cmdline)
+		files[firstBootFlag(m.node.OS)] = []byte{}
+		files[layout.UpNetwork] = initramfsNetwork(c.p, m)
+		if m.node.OS == ir.OSFedoraCoreOS {
+			files[layout.UpNetworkKept] = []byte("# Written by kcompile up: no NetworkManager reads the node's keyfile here.\n")
+		}
+		cfg, _ := c.cfg.Ignition.Get(layout.NodeTree(m.name, ignition.ConfigName))
+		d, err := ignition.Decode(cfg.Data)
+		if err != nil {
+			return fmt.Errorf("kcompile bug: node %s's Ignition config: %v", m.name, err)
+		}
+		configWrites = d.Files
+	}
 	if c.cfg.Target == pipeline.CloudInit {
 		for _, f := range []string{"user-data", "meta-data", "network-config"} {
 			t, ok := c.cfg.CloudInit.Get(layout.NodeTree(m.name, f))
@@ -865,6 +934,9 @@ func (c *Cluster) layout(cl *ir.Cluster, m *machine) error {
 			if _, err := os.Lstat(filepath.Join(m.lowers[0], n)); err == nil {
 				return fmt.Errorf("kcompile bug: up would write its %s over node %s's compiled one", n, m.name)
 			}
+		}
+		if _, ok := configWrites[layout.Abs(n)]; ok {
+			return fmt.Errorf("kcompile bug: up would write its %s, which node %s's Ignition config writes", n, m.name)
 		}
 		// A directory in the upper layer hides a symbolic link of the
 		// same name below it: lib/modules must land in usr/lib/modules

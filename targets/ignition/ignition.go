@@ -125,7 +125,54 @@ func nodeConfig(c *ir.Cluster, n ir.Node, files []targets.File) (types.Config, e
 			cfg.Systemd.Units = append(cfg.Systemd.Units, types.Unit{Name: name, Enabled: ptr(true)})
 		}
 	}
+	cfg.Storage.Files = append(cfg.Storage.Files, remoteArtifacts(c, n)...)
 	return cfg, nil
+}
+
+// remoteArtifacts are the artifacts of install.source "download" the
+// node needs, as Ignition remote files: Ignition fetches each before the
+// first boot and refuses it unless it has the spec's sha256, as users of
+// these systems get what the image lacks. A binary goes to its path; an
+// archive, which Ignition cannot unpack, to the artifact cache by its
+// sha256, where the install unit extracts its members from. The install
+// unit then checks every binary as on any node, and downloads nothing.
+func remoteArtifacts(c *ir.Cluster, n ir.Node) []types.File {
+	if c.Install.Source != "download" {
+		return nil
+	}
+	needed := map[string]bool{}
+	for _, b := range n.Binaries {
+		needed[b.Path] = !b.OS
+	}
+	var out []types.File
+	cached := map[string]bool{}
+	for _, a := range c.Install.Artifacts {
+		dest, mode := a.Path, 0o755
+		if dest == "" {
+			uses := false
+			for _, m := range a.Extract {
+				uses = uses || needed[m.Value]
+			}
+			if !uses || cached[a.SHA256] {
+				continue
+			}
+			cached[a.SHA256] = true
+			dest, mode = layout.Abs(layout.ArtifactCacheDir)+a.SHA256, 0o644
+		} else if !needed[dest] {
+			continue
+		}
+		out = append(out, types.File{
+			Node: types.Node{Path: dest, Overwrite: ptr(true), User: types.NodeUser{Name: ptr("root")}, Group: types.NodeGroup{Name: ptr("root")}},
+			FileEmbedded1: types.FileEmbedded1{
+				Mode: ptr(mode),
+				Contents: types.Resource{
+					Source:       ptr(a.URL),
+					Verification: types.Verification{Hash: ptr("sha256-" + a.SHA256)},
+				},
+			},
+		})
+	}
+	return out
 }
 
 // installable says whether a unit file has an [Install] section, which
@@ -333,7 +380,14 @@ func Decode(raw []byte) (targets.Decoded, error) {
 		return targets.Decoded{}, err
 	}
 	files := map[string]targets.File{}
+	// A remote file is configuration (its URL and hash), not content
+	// kcompile has: it stays in the rest of the config.
+	var remote []types.File
 	for _, f := range cfg.Storage.Files {
+		if f.Contents.Source != nil && !strings.HasPrefix(*f.Contents.Source, "data:") {
+			remote = append(remote, f)
+			continue
+		}
 		data, err := decodeResource(f.Contents)
 		if err != nil {
 			return targets.Decoded{}, fmt.Errorf("%s: %w", f.Path, err)
@@ -361,7 +415,8 @@ func Decode(raw []byte) (targets.Decoded, error) {
 		units = append(units, u)
 	}
 	slices.SortFunc(units, func(a, b types.Unit) int { return strings.Compare(a.Name, b.Name) })
-	cfg.Storage.Files = nil
+	slices.SortFunc(remote, func(a, b types.File) int { return strings.Compare(a.Path, b.Path) })
+	cfg.Storage.Files = remote
 	cfg.Systemd.Units = units
 	restJSON, err := json.Marshal(cfg)
 	if err != nil {
@@ -379,8 +434,7 @@ func Decode(raw []byte) (targets.Decoded, error) {
 	return targets.Decoded{Files: files, Rest: append(rest, '\n')}, nil
 }
 
-// decodeResource reads a data URL's content; remote sources are not
-// fetched (kcompile writes none).
+// decodeResource reads a data URL's content.
 func decodeResource(r types.Resource) ([]byte, error) {
 	if r.Source == nil {
 		return nil, nil

@@ -4,15 +4,18 @@ import (
 	"bytes"
 	"encoding/json"
 	"io/fs"
+	"path"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 
 	v34 "github.com/coreos/ignition/v2/config/v3_4"
+	"github.com/coreos/ignition/v2/config/v3_4/types"
 
 	"github.com/kcompile/kcompile/compiler/diag"
 	"github.com/kcompile/kcompile/compiler/ir"
+	"github.com/kcompile/kcompile/compiler/pki"
 	"github.com/kcompile/kcompile/internal/fixture"
 	"github.com/kcompile/kcompile/layout"
 	"github.com/kcompile/kcompile/targets"
@@ -215,19 +218,7 @@ func TestCoverage(t *testing.T) {
 func TestSpecStringsArriveUnchanged(t *testing.T) {
 	key := `ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAICBPJLtN0OW1tWrsYbsc7QGZG5UW3m3SHqYd/C30E0i0 "a\b" $(x) {'}` + "\u00e9\u2028"
 	m := fixture.Material(t, "flatcar", map[string]string{"zz.cue": "package cluster\naccess: users: \"alice-2\": sshAuthorizedKeys: [" + strconv.Quote(key) + "]\n"})
-	sd, err := systemd.Build(m, systemd.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ign, _, err := ignition.Build(m, sd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, _ := ign.Get(layout.NodeTree("w1", ignition.ConfigName))
-	cfg, _, err := v34.Parse(f.Data)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := nodeConfig(t, m, "w1")
 	found := false
 	for _, u := range cfg.Passwd.Users {
 		if u.Name == "alice-2" {
@@ -237,4 +228,102 @@ func TestSpecStringsArriveUnchanged(t *testing.T) {
 	if !found {
 		t.Errorf("alice-2's key did not arrive unchanged: %+v", cfg.Passwd.Users)
 	}
+}
+
+// TestConfigsFetchTheArtifacts: with install.source "download" each
+// config fetches exactly the artifacts its node needs, from their URLs,
+// verified by the spec's sha256, binaries at their paths (the family's
+// binary directory) and archives into the artifact cache by sha256.
+func TestConfigsFetchTheArtifacts(t *testing.T) {
+	c, _, ign := build(t)
+	if c.Install.Source != "download" {
+		t.Fatalf("examples/flatcar's install.source is %q", c.Install.Source)
+	}
+	byPath := map[string]ir.Artifact{}
+	for _, a := range c.Install.Artifacts {
+		byPath[a.Path] = a
+	}
+	for _, n := range c.Nodes {
+		f, _ := ign.Get(layout.NodeTree(n.Name, ignition.ConfigName))
+		cfg, _, err := v34.Parse(f.Data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		remote := map[string]types.File{}
+		for _, sf := range cfg.Storage.Files {
+			if src := sf.Contents.Source; src != nil && !strings.HasPrefix(*src, "data:") {
+				remote[sf.Path] = sf
+			}
+		}
+		want := 0
+		for _, b := range n.Binaries {
+			if b.OS {
+				continue
+			}
+			want++
+			a, ok := byPath[b.Path]
+			sf, fetched := remote[b.Path]
+			switch {
+			case !ok:
+				t.Errorf("%s: no artifact installs %s", n.Name, b.Path)
+			case !fetched:
+				t.Errorf("%s: the config does not fetch %s", n.Name, b.Path)
+			case *sf.Contents.Source != a.URL || sf.Contents.Verification.Hash == nil || *sf.Contents.Verification.Hash != "sha256-"+a.SHA256 || sf.Mode == nil || *sf.Mode != 0o755:
+				t.Errorf("%s: %s fetched as %+v", n.Name, b.Path, sf)
+			}
+			if !strings.HasPrefix(b.Path, "/opt/cni/bin/") && path.Dir(b.Path) != n.OS.BinDir() {
+				t.Errorf("%s: %s is not in %s's binary directory", n.Name, b.Path, n.OS.Name())
+			}
+		}
+		if len(remote) != want || want < 9 {
+			t.Errorf("%s: the config fetches %d files, the node needs %d binaries", n.Name, len(remote), want)
+		}
+	}
+	// An archive goes to the cache by its sum, once for all its members.
+	m := fixture.Material(t, "flatcar", nil)
+	arch := ir.Artifact{Name: "cni", URL: "http://10.20.0.5:8080/assets/cni.tgz", SHA256: strings.Repeat("ab", 32)}
+	var rest []ir.Artifact
+	for _, a := range m.Cluster.Install.Artifacts {
+		if strings.HasPrefix(a.Path, "/opt/cni/bin/") {
+			arch.Extract = append(arch.Extract, ir.Label{Key: "./" + path.Base(a.Path), Value: a.Path})
+			continue
+		}
+		rest = append(rest, a)
+	}
+	m.Cluster.Install.Artifacts = append(rest, arch)
+	cached := 0
+	cfg := nodeConfig(t, m, "w1")
+	for _, sf := range cfg.Storage.Files {
+		if strings.HasPrefix(sf.Path, "/opt/cni/bin/") {
+			t.Errorf("w1: the config writes %s, a member of an archive", sf.Path)
+		}
+		if sf.Path == "/var/cache/kcompile/artifacts/"+arch.SHA256 {
+			cached++
+			if *sf.Contents.Source != arch.URL || *sf.Contents.Verification.Hash != "sha256-"+arch.SHA256 {
+				t.Errorf("w1: the archive is fetched as %+v", sf)
+			}
+		}
+	}
+	if cached != 1 {
+		t.Errorf("w1: the archive is fetched %d times", cached)
+	}
+}
+
+// nodeConfig builds m's trees and parses node's Ignition config.
+func nodeConfig(t *testing.T, m *pki.Material, node string) types.Config {
+	t.Helper()
+	sd, err := systemd.Build(m, systemd.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ign, _, err := ignition.Build(m, sd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, _ := ign.Get(layout.NodeTree(node, ignition.ConfigName))
+	cfg, _, err := v34.Parse(f.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
 }

@@ -72,10 +72,11 @@ func Modules(c *ir.Cluster, n ir.Node) []string {
 	return kernelModules(c, n)
 }
 
-// runtimeConfig is the container runtime's configuration file and its
-// path: the cgroup driver the kubelet uses and the pinned sandbox image.
-func runtimeConfig(c *ir.Cluster) (string, []byte, error) {
-	path, doc, _, err := runtimeDoc(c, UpOverrides{})
+// runtimeConfig is node n's container runtime's configuration file and
+// its path: the cgroup driver the kubelet uses, the pinned sandbox image
+// and the runc the install unit checked.
+func runtimeConfig(c *ir.Cluster, n ir.Node) (string, []byte, error) {
+	path, doc, _, err := runtimeDoc(c, n, UpOverrides{})
 	if err != nil {
 		return "", nil, err
 	}
@@ -86,7 +87,7 @@ func runtimeConfig(c *ir.Cluster) (string, []byte, error) {
 // runtimeDoc is the runtime configuration's document and path, with
 // kcompile up's changes o made (the zero value: as compiled) and each
 // change that makes the document differ from the compiled one named.
-func runtimeDoc(c *ir.Cluster, o UpOverrides) (string, any, []string, error) {
+func runtimeDoc(c *ir.Cluster, n ir.Node, o UpOverrides) (string, any, []string, error) {
 	systemdCgroup := c.Runtime.CgroupDriver == "systemd"
 	if c.Runtime.Engine == "cri-o" {
 		if o.RestrictOOMScoreAdj || o.RegistryHosts {
@@ -107,7 +108,10 @@ func runtimeDoc(c *ir.Cluster, o UpOverrides) (string, any, []string, error) {
 	runtime := map[string]any{
 		"containerd": map[string]any{"runtimes": map[string]any{"runc": map[string]any{
 			"runtime_type": "io.containerd.runc.v2",
-			"options":      map[string]any{"SystemdCgroup": systemdCgroup},
+			// The runc the install unit checked, by path: the shim
+			// would run the first runc of its PATH, which on Flatcar
+			// is the image's own (/usr/bin), and has no /opt/bin.
+			"options": map[string]any{"SystemdCgroup": systemdCgroup, "BinaryName": n.OS.BinDir() + "/runc"},
 		}}},
 		"cni": map[string]any{"bin_dirs": []string{layout.Abs(layout.CNIBinDir)}, "conf_dir": strings.TrimSuffix(layout.Abs(layout.CNIConfDir), "/")},
 	}

@@ -21,7 +21,7 @@ import (
 func TestRuntimeConfigMatchesKubelet(t *testing.T) {
 	for _, name := range fixture.Examples() {
 		c := compileExample(t, name)
-		path, data, err := runtimeConfig(c)
+		path, data, err := runtimeConfig(c, c.Nodes[0])
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -37,10 +37,26 @@ func TestRuntimeConfigMatchesKubelet(t *testing.T) {
 		if m["version"] != int64(3) {
 			t.Errorf("%s: containerd config version %v", name, m["version"])
 		}
+		// The runc each node's install unit checked, by its family's path.
+		for _, n := range c.Nodes {
+			if !n.RunsPods() {
+				continue
+			}
+			_, data, err := runtimeConfig(c, n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, _ := verifyTOML(data)
+			runc := m["plugins"].(map[string]any)["io.containerd.cri.v1.runtime"].(map[string]any)["containerd"].(map[string]any)["runtimes"].(map[string]any)["runc"].(map[string]any)
+			want := n.OS.BinDir() + "/runc"
+			if got := runc["options"].(map[string]any)["BinaryName"]; got != want || !slices.ContainsFunc(n.Binaries, func(b ir.Binary) bool { return b.Path == want }) {
+				t.Errorf("%s: %s's containerd runs runc %v, its install unit checks %v", name, n.Name, got, n.Binaries)
+			}
+		}
 	}
 	c := compileExample(t, "single-node")
 	c.Runtime.Engine, c.Runtime.CgroupDriver = "cri-o", "cgroupfs"
-	path, data, err := runtimeConfig(c)
+	path, data, err := runtimeConfig(c, c.Nodes[0])
 	if err != nil || path != "etc/crio/crio.conf.d/10-kcompile.conf" || !strings.Contains(string(data), "cgroup_manager = 'cgroupfs'") {
 		t.Errorf("CRI-O config %s:\n%s %v", path, data, err)
 	}
@@ -132,7 +148,7 @@ func TestMirrorFiles(t *testing.T) {
 			t.Errorf("%s: %v", p, err)
 		}
 	}
-	_, cfg, err := runtimeConfig(c)
+	_, cfg, err := runtimeConfig(c, c.Nodes[0])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,7 +207,7 @@ func TestMirrorFiles(t *testing.T) {
 	if files, _ := MirrorFiles(c.Runtime.Engine, c.Runtime.Mirrors); len(files) != 0 {
 		t.Errorf("no mirrors, yet %v", sortedPaths(files))
 	}
-	if _, cfg, _ := runtimeConfig(c); strings.Contains(string(cfg), "config_path") || strings.Contains(string(cfg), "restrict_oom_score_adj") {
+	if _, cfg, _ := runtimeConfig(c, c.Nodes[0]); strings.Contains(string(cfg), "config_path") || strings.Contains(string(cfg), "restrict_oom_score_adj") {
 		t.Errorf("the default containerd config has host options:\n%s", cfg)
 	}
 }

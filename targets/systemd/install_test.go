@@ -18,6 +18,7 @@ import (
 
 	"github.com/kcompile/kcompile/compiler"
 	"github.com/kcompile/kcompile/compiler/ir"
+	"github.com/kcompile/kcompile/layout"
 )
 
 // fakeBinary is a program that prints a version, standing in for a real
@@ -139,6 +140,32 @@ install: artifacts: cni: {url: %q, sha256: %q, extract: {"./loopback": "/opt/cni
 	}
 	if requests.Load() != before {
 		t.Errorf("the second run downloaded %d files again", requests.Load()-before)
+	}
+	// A node whose config fetched the artifacts before the first boot
+	// (Ignition's remote files): binaries at their paths, archives in the
+	// cache by sha256. The installer downloads nothing; a cached archive
+	// that does not match its sum is downloaded again.
+	laid := t.TempDir()
+	for _, a := range c.Install.Artifacts {
+		data := served["/"+filepath.Base(a.URL)]
+		if a.Path != "" {
+			writeFile(t, filepath.Join(laid, a.Path), data, 0o755)
+			continue
+		}
+		if a.Name == "cni" {
+			data = []byte("not the archive")
+		}
+		writeFile(t, filepath.Join(laid, layout.ArtifactCacheDir, a.SHA256), data, 0o644)
+	}
+	before = requests.Load()
+	if out, err := runInstall(t, list, laid); err != nil {
+		t.Fatalf("install from what the config laid failed: %v\n%s", err, out)
+	}
+	if got := requests.Load() - before; got != 1 {
+		t.Errorf("install from what the config laid made %d requests, want 1 (the broken cached archive)", got)
+	}
+	if _, err := os.Stat(filepath.Join(laid, "opt/cni/bin/portmap")); err != nil {
+		t.Errorf("the CNI plugins were not installed: %v", err)
 	}
 	// A tampered download is refused and nothing is installed.
 	original := served["/kubelet"]

@@ -121,7 +121,7 @@ func nodeFiles(m *pki.Material, tree *targets.Tree, rc *renderCache, opts Option
 			if n.Runs(ir.ComponentKubeProxy) {
 				configs[layout.KubeProxyConfig] = kubeProxyConfig(c, l)
 			}
-			rp, rc, err := runtimeConfig(c)
+			rp, rc, err := runtimeConfig(c, n)
 			if err != nil {
 				return err
 			}

@@ -130,7 +130,7 @@ func UpFiles(c *ir.Cluster, n ir.Node, opts Options, o UpOverrides) (map[string]
 			return nil, err
 		}
 	}
-	_, doc, changed, err := runtimeDoc(c, o)
+	_, doc, changed, err := runtimeDoc(c, n, o)
 	if err != nil {
 		return nil, err
 	}

@@ -87,12 +87,18 @@ func FuzzHCL(f *testing.F) {
 	f.Fuzz(func(t *testing.T, name, node1, node2, mac, url, kernel, initrd, arg string) {
 		c := fuzzCluster(name, node1, node2, mac, url, kernel, initrd, arg)
 		n1, n2 := c.Nodes[0], c.Nodes[1]
+		// The initrds named on the command line (TestNamedInitrds).
+		_, named := NamedInitrds(c.Boot.Images[0])
+		cpArgs := []any{}
+		for _, a := range named {
+			cpArgs = append(cpArgs, a)
+		}
 		want := map[string]any{
 			"cluster": name,
 			"nocloud": nocloudTemplate,
 			"seed":    "ds=nocloud-net;s=" + url + "/generic?mac=${mac:hexhyp}&file=%s",
 			"roles": map[string]any{
-				"control-plane": map[string]any{"kernel": kernel, "initrd": []any{initrd, "/assets/initrd.img"}, "args": []any{arg, "console=ttyS0"}},
+				"control-plane": map[string]any{"kernel": kernel, "initrd": []any{initrd, "/assets/initrd.img"}, "args": cpArgs},
 				"worker":        map[string]any{"kernel": kernel + "-w", "initrd": []any{}, "args": []any{}},
 			},
 			"nodes": map[string]any{
@@ -105,7 +111,7 @@ func FuzzHCL(f *testing.F) {
 
 		data, err := mainTF(c)
 		exact := true
-		for _, s := range []string{name, n1.Name, n2.Name, mac, mac + "-w", n2.Address().String(), kernel, initrd, arg, want["seed"].(string)} {
+		for _, s := range append([]string{name, n1.Name, n2.Name, mac, mac + "-w", n2.Address().String(), kernel, initrd, arg, want["seed"].(string)}, named...) {
 			exact = exact && utf8.ValidString(s) && norm.NFC.IsNormalString(s)
 		}
 		if !exact {

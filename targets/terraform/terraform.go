@@ -15,6 +15,7 @@ package terraform
 
 import (
 	"fmt"
+	"path"
 	"slices"
 	"sort"
 	"strings"
@@ -265,6 +266,30 @@ func IgnitionArgs(b *ir.Boot, os ir.OS) []string {
 	return []string{"ignition.firstboot", "ignition.platform.id=metal", url}
 }
 
+// NamedInitrds are a boot image's initrds as Matchbox hands them to
+// iPXE, and its kernel arguments with an initrd=NAME for each, first: a
+// UEFI kernel's EFI stub loads only the initrds its command line names
+// (iPXE puts each in a virtual file system under the name of its URL's
+// last segment, or --name), and a BIOS boot, which hands them over
+// through the boot protocol, ignores the argument. Fedora CoreOS's
+// live initramfs is named "main" as its documentation, Matchbox's
+// examples and Typhoon name it; Flatcar's keeps its file name
+// (initrd=flatcar_production_pxe_image.cpio.gz, as theirs do).
+func NamedInitrds(img ir.BootImage) (initrd, args []string) {
+	for i, f := range img.Initrd {
+		u := strings.SplitN(strings.SplitN(f, "?", 2)[0], "#", 2)[0]
+		name := path.Base(u)
+		if img.OS == ir.OSFedoraCoreOS && i == 0 {
+			name, f = "main", "--name main "+f
+		}
+		initrd = append(initrd, f)
+		if arg := "initrd=" + name; !slices.Contains(args, arg) && !slices.Contains(img.Args, arg) {
+			args = append(args, arg)
+		}
+	}
+	return initrd, append(args, img.Args...)
+}
+
 // image is the boot image of a role's nodes of one family.
 func image(c *ir.Cluster, role ir.Role, os ir.OS) (ir.BootImage, error) {
 	for _, img := range c.Boot.Images {
@@ -308,10 +333,11 @@ func mainTF(c *ir.Cluster) ([]byte, error) {
 		if img.OS.Ignition() {
 			continue
 		}
+		initrd, args := NamedInitrds(img)
 		roles = append(roles, hclwrite.ObjectAttrTokens{Name: v.str(string(img.Role)), Value: hclwrite.TokensForObject([]hclwrite.ObjectAttrTokens{
 			attr("kernel", v.str(img.Kernel)),
-			attr("initrd", v.list(img.Initrd)),
-			attr("args", v.list(img.Args)),
+			attr("initrd", v.list(initrd)),
+			attr("args", v.list(args)),
 		})})
 	}
 	for _, n := range cloud {
@@ -326,14 +352,15 @@ func mainTF(c *ir.Cluster) ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
+		initrd, args := NamedInitrds(img)
 		ignNodes = append(ignNodes, hclwrite.ObjectAttrTokens{Name: v.str(n.Name), Value: hclwrite.TokensForObject([]hclwrite.ObjectAttrTokens{
 			attr("role", v.str(string(n.Role))),
 			attr("os", v.str(string(n.OS))),
 			attr("mac", v.str(n.MAC)),
 			attr("address", v.str(n.Address().String())),
 			attr("kernel", v.str(img.Kernel)),
-			attr("initrd", v.list(img.Initrd)),
-			attr("args", v.list(append(slices.Clone(img.Args), IgnitionArgs(c.Boot, n.OS)...))),
+			attr("initrd", v.list(initrd)),
+			attr("args", v.list(append(args, IgnitionArgs(c.Boot, n.OS)...))),
 		})})
 	}
 	locals := body.AppendNewBlock("locals", nil).Body()
@@ -478,7 +505,10 @@ func readme(c *ir.Cluster) string {
 	b.WriteString("nodes' private keys: keep that directory private.\n\n")
 	b.WriteString("Machines must chain-load Matchbox's iPXE endpoint (/boot.ipxe); the kernel\n")
 	b.WriteString("arguments that point cloud-init or Ignition at Matchbox use iPXE's\n")
-	fmt.Fprintf(&b, "${mac:hexhyp}. Matchbox serves each node's configuration under %s:\n\n", diag.Quote(c.Boot.MatchboxURL))
+	b.WriteString("${mac:hexhyp}. The same profiles boot BIOS machines (undionly.kpxe) and\n")
+	b.WriteString("UEFI ones (ipxe.efi): each initrd is named on the kernel command line\n")
+	b.WriteString("(initrd=NAME), which a UEFI kernel needs and a BIOS boot ignores.\n")
+	fmt.Fprintf(&b, "Matchbox serves each node's configuration under %s:\n\n", diag.Quote(c.Boot.MatchboxURL))
 	cloud, ign := false, false
 	for _, n := range c.Nodes {
 		cloud = cloud || !n.OS.Ignition()

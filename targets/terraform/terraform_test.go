@@ -7,10 +7,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/kcompile/kcompile/compiler/ir"
 	"github.com/kcompile/kcompile/compiler/pki"
 	"github.com/kcompile/kcompile/internal/fixture"
 	"github.com/kcompile/kcompile/internal/writer"
@@ -179,13 +181,15 @@ func TestModuleValues(t *testing.T) {
 		Nodes   map[string]map[string]string `json:"nodes"`
 	}
 	console(t, dir, env, "{roles = local.roles, seed = local.seed, nocloud = local.nocloud, nodes = local.nodes}", &got)
-	wantArgs := []string{"console=ttyS0", "pct=%{x}"}
+	// Each initrd is named on the command line, for UEFI's EFI stub.
+	named := []string{"initrd=initrd.img", "initrd=firmware.cpio.gz"}
+	wantArgs := append(slices.Clone(named), "console=ttyS0", "pct=%{x}")
 	for role, want := range map[string]struct {
 		kernel string
 		args   []string
 	}{
 		"control-plane": {"https://images.example.com/debian/vmlinuz", wantArgs},
-		"etcd":          {"/assets/etcd/vmlinuz", []string{}},
+		"etcd":          {"/assets/etcd/vmlinuz", named},
 		"worker":        {"https://images.example.com/debian/vmlinuz", wantArgs},
 	} {
 		r, ok := got.Roles[role]
@@ -288,7 +292,7 @@ func TestCheck(t *testing.T) {
 	// Debian and Flatcar nodes, neither with a kernel of its own: one
 	// kernel for both is an error at boot.kernel; one family with its
 	// own kernel is enough.
-	c = compile(t, "ha-stacked", `workers: pools: general: os: "flatcar"`+"\n").Cluster
+	c = compile(t, "ha-stacked", `workers: pools: general: os: "flatcar"`+"\n"+fixture.Downloads("http://10.0.0.5/assets")).Cluster
 	if d := terraform.Check(c); len(d) != 1 || d[0].Code != terraform.CodeOSKernel || d[0].Path != "boot.kernel" || !d[0].Primary().IsValid() ||
 		!strings.Contains(d[0].Message, "debian and flatcar") {
 		t.Errorf("two families, one kernel: %v", d)
@@ -300,9 +304,9 @@ func TestCheck(t *testing.T) {
 
 // mixed puts ha-stacked's workers on Flatcar: the module serves both
 // cloud-init and Ignition.
-const mixed = `workers: pools: general: os: "flatcar"
+var mixed = `workers: pools: general: os: "flatcar"
 boot: os: flatcar: {kernel: "/assets/flatcar/vmlinuz", initrd: ["/assets/flatcar/initrd.cpio.gz"]}
-`
+` + fixture.Downloads("http://10.0.0.5/assets")
 
 // TestConfigTooLarge: a node configuration Matchbox's API would refuse
 // is an error at the node, for either kind.
@@ -331,6 +335,35 @@ func TestConfigTooLarge(t *testing.T) {
 		d := terraform.CheckSizes(out.Cluster, big)
 		if len(d) != 1 || d[0].Code != terraform.CodeTooLarge || d[0].Path != tc.path || len(d[0].Positions) != 1 || !strings.Contains(d[0].Message, "node "+tc.node+" ") {
 			t.Errorf("%s: %v", tc.example, d)
+		}
+	}
+}
+
+// TestNamedInitrds: each initrd is named on the kernel command line by
+// the name iPXE gives it (its URL's last segment, or --name), as the
+// distributions' iPXE documentation and Matchbox's and Typhoon's
+// profiles write it: Flatcar's by file name, Fedora CoreOS's live
+// initramfs as "main"; an initrd= the spec gives already is not
+// repeated, and the spec's arguments follow in their order.
+func TestNamedInitrds(t *testing.T) {
+	for _, tc := range []struct {
+		img                  ir.BootImage
+		wantInitrd, wantArgs string
+	}{
+		{ir.BootImage{OS: ir.OSFlatcar, Initrd: []string{"/assets/flatcar/flatcar_production_pxe_image.cpio.gz"}, Args: []string{"console=ttyS0"}},
+			"/assets/flatcar/flatcar_production_pxe_image.cpio.gz", "initrd=flatcar_production_pxe_image.cpio.gz console=ttyS0"},
+		{ir.BootImage{OS: ir.OSFedoraCoreOS, Initrd: []string{"https://builds.example.com/fcos/fedora-coreos-live-initramfs.x86_64.img"}},
+			"--name main https://builds.example.com/fcos/fedora-coreos-live-initramfs.x86_64.img", "initrd=main"},
+		{ir.BootImage{OS: ir.OSDebian, Initrd: []string{"https://example.com/d/initrd.gz?v=2#x", "/assets/fw.cpio"}, Args: []string{"initrd=fw.cpio", "quiet"}},
+			"https://example.com/d/initrd.gz?v=2#x /assets/fw.cpio", "initrd=initrd.gz initrd=fw.cpio quiet"},
+		{ir.BootImage{OS: ir.OSDebian}, "", ""},
+	} {
+		initrd, args := terraform.NamedInitrds(tc.img)
+		if got := strings.Join(initrd, " "); got != tc.wantInitrd {
+			t.Errorf("%s %v: initrd %q, want %q", tc.img.OS, tc.img.Initrd, got, tc.wantInitrd)
+		}
+		if got := strings.Join(args, " "); got != tc.wantArgs {
+			t.Errorf("%s %v: args %q, want %q", tc.img.OS, tc.img.Initrd, got, tc.wantArgs)
 		}
 	}
 }

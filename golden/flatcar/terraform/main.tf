@@ -28,7 +28,7 @@ locals {
       address = "10.20.0.11"
       kernel  = "/assets/flatcar/flatcar_production_pxe.vmlinuz"
       initrd  = ["/assets/flatcar/flatcar_production_pxe_image.cpio.gz"]
-      args    = ["console=tty0", "console=ttyS0,115200n8", "flatcar.first_boot=yes", "ignition.config.url=http://10.20.0.5:8080/ignition?mac=$${mac:hexhyp}"]
+      args    = ["initrd=flatcar_production_pxe_image.cpio.gz", "console=tty0", "console=ttyS0,115200n8", "flatcar.first_boot=yes", "ignition.config.url=http://10.20.0.5:8080/ignition?mac=$${mac:hexhyp}"]
     }
     "fc1" = {
       role    = "worker"
@@ -36,8 +36,8 @@ locals {
       mac     = "52:54:00:20:00:31"
       address = "10.20.0.31"
       kernel  = "/assets/fedora-coreos/fedora-coreos-live-kernel-x86_64"
-      initrd  = ["/assets/fedora-coreos/fedora-coreos-live-initramfs.x86_64.img"]
-      args    = ["coreos.live.rootfs_url=http://10.20.0.5:8080/assets/fedora-coreos/fedora-coreos-live-rootfs.x86_64.img", "console=tty0", "console=ttyS0,115200n8", "ignition.firstboot", "ignition.platform.id=metal", "ignition.config.url=http://10.20.0.5:8080/ignition?mac=$${mac:hexhyp}"]
+      initrd  = ["--name main /assets/fedora-coreos/fedora-coreos-live-initramfs.x86_64.img"]
+      args    = ["initrd=main", "coreos.live.rootfs_url=http://10.20.0.5:8080/assets/fedora-coreos/fedora-coreos-live-rootfs.x86_64.img", "console=tty0", "console=ttyS0,115200n8", "ignition.firstboot", "ignition.platform.id=metal", "ignition.config.url=http://10.20.0.5:8080/ignition?mac=$${mac:hexhyp}"]
     }
     "w1" = {
       role    = "worker"
@@ -46,7 +46,7 @@ locals {
       address = "10.20.0.21"
       kernel  = "/assets/flatcar/flatcar_production_pxe.vmlinuz"
       initrd  = ["/assets/flatcar/flatcar_production_pxe_image.cpio.gz"]
-      args    = ["console=tty0", "console=ttyS0,115200n8", "flatcar.first_boot=yes", "ignition.config.url=http://10.20.0.5:8080/ignition?mac=$${mac:hexhyp}"]
+      args    = ["initrd=flatcar_production_pxe_image.cpio.gz", "console=tty0", "console=ttyS0,115200n8", "flatcar.first_boot=yes", "ignition.config.url=http://10.20.0.5:8080/ignition?mac=$${mac:hexhyp}"]
     }
     "w2" = {
       role    = "worker"
@@ -55,7 +55,7 @@ locals {
       address = "10.20.0.22"
       kernel  = "/assets/flatcar/flatcar_production_pxe.vmlinuz"
       initrd  = ["/assets/flatcar/flatcar_production_pxe_image.cpio.gz"]
-      args    = ["console=tty0", "console=ttyS0,115200n8", "flatcar.first_boot=yes", "ignition.config.url=http://10.20.0.5:8080/ignition?mac=$${mac:hexhyp}"]
+      args    = ["initrd=flatcar_production_pxe_image.cpio.gz", "console=tty0", "console=ttyS0,115200n8", "flatcar.first_boot=yes", "ignition.config.url=http://10.20.0.5:8080/ignition?mac=$${mac:hexhyp}"]
     }
   }
 }

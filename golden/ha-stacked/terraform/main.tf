@@ -28,12 +28,12 @@ locals {
     "control-plane" = {
       kernel = "/assets/debian-13/vmlinuz"
       initrd = ["/assets/debian-13/initrd.img"]
-      args   = ["console=tty0", "console=ttyS0,115200n8", "ip=dhcp"]
+      args   = ["initrd=initrd.img", "console=tty0", "console=ttyS0,115200n8", "ip=dhcp"]
     }
     "worker" = {
       kernel = "/assets/debian-13/vmlinuz"
       initrd = ["/assets/debian-13/initrd.img"]
-      args   = ["console=tty0", "console=ttyS0,115200n8", "ip=dhcp"]
+      args   = ["initrd=initrd.img", "console=tty0", "console=ttyS0,115200n8", "ip=dhcp"]
     }
   }
 

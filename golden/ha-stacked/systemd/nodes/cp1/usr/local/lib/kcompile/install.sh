@@ -15,9 +15,15 @@ is_sum() { [ ${#1} -eq 64 ] && case $1 in *[!0-9a-f]*) return 1 ;; esac; }
 is_url() { case $1 in http://?* | https://?*) ;; *) return 1 ;; esac; case $1 in *[!A-Za-z0-9/._~:?#@!\$\&\'\(\)*+,\;=%-]*) return 1 ;; esac; }
 is_member() { case $1 in '' | -* | /* | ../* | */../* | *[!A-Za-z0-9/._+@:=,-]*) return 1 ;; esac; }
 is_version() { case $1 in '' | *[!A-Za-z0-9\ .:+-]*) return 1 ;; esac; }
-# fetch URL SHA256 prints the path of the download, checked against SHA256.
+# fetch URL SHA256 prints the path of the download, checked against SHA256;
+# an archive the node's config fetched before the first boot is taken
+# from the cache, checked again.
 fetch() {
 	f=$work/$2
+	cached=$root/var/cache/kcompile/artifacts/$2
+	if [ ! -f "$f" ] && [ -f "$cached" ] && echo "$2  $cached" | sha256sum -c --status; then
+		cp "$cached" "$f"
+	fi
 	if [ ! -f "$f" ]; then
 		curl -fsSL --retry 5 --retry-delay 2 -o "$f.part" -- "$1" || fail "cannot download $1"
 		echo "$2  $f.part" | sha256sum -c --status || fail "$1 does not have sha256 $2"
