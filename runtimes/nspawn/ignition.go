@@ -46,24 +46,31 @@ const IgnitionProgram = "ignition"
 // exists and coreos-ignition-firstboot-complete removes it.
 func firstBootFlag(os ir.OS) string {
 	if os == ir.OSFlatcar {
-		return "boot/flatcar/first_boot"
+		return flatcarFirstBoot
 	}
-	return "boot/ignition.firstboot"
+	return fcosFirstBoot
 }
 
+const (
+	flatcarFirstBoot = "boot/flatcar/first_boot"
+	fcosFirstBoot    = "boot/ignition.firstboot"
+)
+
 // ignitionInit is the part of the PID-1 script that plays the initramfs
-// on a first boot. Ignition's fetch-offline stage finds the config's URL
-// needs the network (the address up configured in the machine's
-// namespace, as DHCP would give the initramfs) and flags it; fetch gets
-// the config; disks and mount have nothing to do for kcompile's configs;
-// files lays the files, the users and the presets. "uninitialized" in
+// on a first boot. It configures the node's address as DHCP would give
+// it to the initramfs (UpNetwork); Ignition's fetch-offline stage finds
+// the config's URL needs the network and flags it; fetch gets the
+// config; disks and mount have nothing to do for kcompile's configs;
+// files lays the files, the users and the presets. The address goes
+// again before systemd, whose networkd configures it from the config's
+// file, except where nothing would (UpNetworkKept). "uninitialized" in
 // /etc/machine-id makes systemd's first boot, which applies presets, as
 // on the distributions; the config and Ignition's state in /run go, as
 // the initramfs's /run does at switch-root.
 const ignitionInit = `# The first boot of an Ignition system: Ignition's stages, as its initramfs
 # runs them, with the kernel command line of the node's profile.
 first=
-for f in /` + "boot/flatcar/first_boot /boot/ignition.firstboot" + `; do
+for f in /` + flatcarFirstBoot + ` /` + fcosFirstBoot + `; do
 	if [ -e "$f" ]; then first=$f; fi
 done
 if [ -n "$first" ] || [ -e /` + layout.UpNetworkKept + ` ]; then
@@ -72,7 +79,7 @@ fi
 if [ -n "$first" ]; then
 	echo "kcompile up: $first is there: Ignition's first boot"
 	mount --bind /` + layout.UpCmdline + ` /proc/cmdline
-	if [ "$first" = /boot/ignition.firstboot ] && ! grep -q '^wheel:' /etc/group; then
+	if [ "$first" = /` + fcosFirstBoot + ` ] && ! grep -q '^wheel:' /etc/group; then
 		groupadd --system wheel
 	fi
 	for stage in fetch-offline fetch files; do
@@ -140,6 +147,9 @@ func planMatchbox(c *ir.Cluster, tree *targets.Tree, binaries string) (*matchbox
 		mb.configs[strings.ToLower(n.MAC)] = f.Data
 	}
 	prefix := c.Boot.MatchboxURL + "/assets/"
+	// Artifacts of several paths share a file (a family's binary
+	// directory each): each file is read once.
+	sums := map[string]string{}
 	for _, a := range c.Install.Artifacts {
 		rest, ok := strings.CutPrefix(a.URL, prefix)
 		if !ok || strings.ContainsAny(rest, "?#") {
@@ -148,7 +158,13 @@ func planMatchbox(c *ir.Cluster, tree *targets.Tree, binaries string) (*matchbox
 		}
 		name := path.Base(rest)
 		file := filepath.Join(binaries, name)
-		sum, err := fileSHA256(file)
+		sum, ok := sums[file]
+		var err error
+		if !ok && binaries != "" {
+			if sum, err = fileSHA256(file); err == nil {
+				sums[file] = sum
+			}
+		}
 		switch {
 		case binaries == "":
 			why = append(why, fmt.Sprintf("install.artifacts.%s: up serves Matchbox's assets from --binaries DIR, by the last segment of each url (%s): give it", a.Name, name))

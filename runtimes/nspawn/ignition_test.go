@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -251,4 +252,57 @@ func serviceAnswers(t *testing.T, c *Cluster, ip, from, prefix string, within ti
 		}
 		return nil
 	})
+}
+
+// TestPlanMatchbox: what up's Matchbox serves, and every reason it
+// refuses before anything boots, each named.
+func TestPlanMatchbox(t *testing.T) {
+	c := compileDir(t, fixture.Path("examples/flatcar"), nil)
+	out := compileFor(t, fixture.Path("examples/flatcar"), pipeline.Ignition)
+	tree := out.Trees[pipeline.Ignition]
+	binaries := t.TempDir()
+	for i := range c.Install.Artifacts {
+		a := &c.Install.Artifacts[i]
+		name := filepath.Base(a.URL)
+		data := []byte("#!/bin/sh\necho " + name + "\n")
+		if err := os.WriteFile(filepath.Join(binaries, name), data, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		a.SHA256, _ = fileSHA256(filepath.Join(binaries, name))
+	}
+	mb, why := planMatchbox(c, tree, binaries)
+	if len(why) > 0 {
+		t.Fatalf("refused: %q", why)
+	}
+	if mb.addr.String() != "10.20.0.5:8080" || len(mb.configs) != 4 || len(mb.assets) != 13 {
+		t.Errorf("serves %s: %d configs, %d assets", mb.addr, len(mb.configs), len(mb.assets))
+	}
+	if f := mb.assets["/assets/kcompile/kubelet"]; f != filepath.Join(binaries, "kubelet") {
+		t.Errorf("kubelet served from %q", f)
+	}
+	// A binary that is not the spec's, an artifact elsewhere, no
+	// --binaries, a Debian node: each named.
+	if err := os.WriteFile(filepath.Join(binaries, "etcd"), []byte("another build"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	c.Install.Artifacts[0].URL = "https://dl.example.com/elsewhere"
+	c.Nodes[1].OS = "debian"
+	_, why = planMatchbox(c, tree, binaries)
+	want := []string{
+		"is not under Matchbox's assets (http://10.20.0.5:8080/assets/)",
+		"etcd has sha256 ",
+		"node " + c.Nodes[1].Name + " runs Debian, which Ignition does not configure",
+	}
+	for _, w := range want {
+		if !slices.ContainsFunc(why, func(s string) bool { return strings.Contains(s, w) }) {
+			t.Errorf("no reason says %q: %q", w, why)
+		}
+	}
+	if _, why = planMatchbox(c, tree, ""); !slices.ContainsFunc(why, func(s string) bool { return strings.Contains(s, "from --binaries DIR") }) {
+		t.Errorf("without --binaries: %q", why)
+	}
+	c.Boot = nil
+	if _, why = planMatchbox(c, tree, binaries); len(why) != 1 || !strings.HasPrefix(why[0], "boot: ") {
+		t.Errorf("without boot: %q", why)
+	}
 }
