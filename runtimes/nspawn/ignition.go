@@ -14,6 +14,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/kcompile/kcompile/compiler/ir"
@@ -126,15 +127,13 @@ func planMatchbox(c *ir.Cluster, tree *targets.Tree, binaries string) (*matchbox
 	if u.Scheme != "http" || u.Path != "" || err != nil || !onNet {
 		return nil, []string{fmt.Sprintf("boot.matchboxURL %q: up serves Matchbox on its bridge, over plain HTTP at an address of a node network (%s), without a path; the machines reach nothing else", c.Boot.MatchboxURL, ir.Join(c.Network.NodeNetworks, ", "))}
 	}
-	port := uint16(80)
+	port := uint64(80)
 	if p := u.Port(); p != "" {
-		var n int
-		if _, err := fmt.Sscanf(p, "%d", &n); err != nil || n <= 0 || n > 65535 {
+		if port, err = strconv.ParseUint(p, 10, 16); err != nil || port == 0 {
 			return nil, []string{fmt.Sprintf("boot.matchboxURL %q: port %s", c.Boot.MatchboxURL, p)}
 		}
-		port = uint16(n)
 	}
-	mb := &matchbox{addr: netip.AddrPortFrom(addr, port), configs: map[string][]byte{}, assets: map[string]string{}}
+	mb := &matchbox{addr: netip.AddrPortFrom(addr, uint16(port)), configs: map[string][]byte{}, assets: map[string]string{}}
 	for _, n := range c.Nodes {
 		if !n.OS.Ignition() {
 			why = append(why, fmt.Sprintf("%s: node %s runs %s, which Ignition does not configure; boot the cluster with --target systemd or cloudinit, or run the node on \"flatcar\" or \"fedora-coreos\"", n.OSPath, n.Name, n.OS.Name()))
@@ -230,39 +229,31 @@ func (mb *matchbox) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // initramfsNetwork is a script that configures the node's addresses and
-// default routes on the machine's interface (up) or removes them again
+// default routes on the machine's interface (up), with the commands up
+// runs for the systemd target (addressing), or removes them again
 // (down), as a network boot's initramfs configures its network before
 // Ignition and tears it down before the system starts.
 func initramfsNetwork(p *plan, m *machine) []byte {
 	var b strings.Builder
-	b.WriteString("# Written by kcompile up: the node's network as its initramfs has it.\ncase $1 in\nup)\n\tip link set eth0 up\n")
-	for _, a := range m.addrs {
-		fmt.Fprintf(&b, "\tip addr replace %s dev eth0\n", addrArg(a))
-	}
-	for _, a := range m.addrs {
-		if g, ok := p.gatewayFor(a.Addr()); ok {
-			fmt.Fprintf(&b, "\tip %s route replace default via %s dev eth0\n", family(g), g)
-		}
+	b.WriteString("# Written by kcompile up: the node's network as its initramfs has it.\ncase $1 in\nup)\n")
+	for _, cmd := range addressing(p, m) {
+		b.WriteString("\tip " + strings.Join(cmd, " ") + "\n")
 	}
 	b.WriteString("\t;;\ndown)\n\tip route flush dev eth0 scope global\n\tip addr flush dev eth0 scope global\n\t;;\nesac\n")
 	return []byte(b.String())
 }
 
 // kernelCmdline is the command line the node's Matchbox profile gives
-// its kernel, as iPXE passes it: the image's arguments with each initrd
-// named, then Ignition's, ${mac:hexhyp} replaced by the node's MAC.
+// its kernel, as iPXE passes it, ${mac:hexhyp} replaced by the node's
+// MAC.
 func kernelCmdline(c *ir.Cluster, n ir.Node) (string, error) {
 	if c.Boot == nil {
 		return "", errors.New("kcompile bug: the Ignition target without boot")
 	}
-	for _, img := range c.Boot.Images {
-		if img.Role != n.Role || img.OS != n.OS {
-			continue
-		}
-		_, args := terraform.NamedInitrds(img)
-		args = append(args, terraform.IgnitionArgs(c.Boot, n.OS)...)
-		line := strings.ReplaceAll(strings.Join(args, " "), "${mac:hexhyp}", strings.ReplaceAll(strings.ToLower(n.MAC), ":", "-"))
-		return line + "\n", nil
+	_, _, args, err := terraform.IgnitionProfile(c, n)
+	if err != nil {
+		return "", err
 	}
-	return "", errors.New("kcompile bug: no boot image for node " + n.Name)
+	line := strings.ReplaceAll(strings.Join(args, " "), "${mac:hexhyp}", strings.ReplaceAll(strings.ToLower(n.MAC), ":", "-"))
+	return line + "\n", nil
 }

@@ -22,43 +22,19 @@ import (
 var ignitionBinaries = []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy",
 	"containerd", "containerd-shim-runc-v2", "runc", "loopback", "bridge", "host-local", "portmap"}
 
-// ignitionSpec copies a spec directory into a fresh one, with
-// examples/flatcar's install.cue where it has none, and a sha256.cue of
-// the binaries up will serve: the example's own sums are of the builds
-// of one machine.
-func ignitionSpec(t *testing.T, dir, binaries string) string {
+// ignitionOverlay is what a spec directory needs besides its files to
+// boot here: examples/flatcar's install.cue where it has none, and a
+// sha256.cue of the binaries up will serve in place of its own (the
+// example's sums are of the builds of one machine).
+func ignitionOverlay(t *testing.T, dir, binaries string) map[string][]byte {
 	t.Helper()
-	spec := t.TempDir()
-	copyCUE := func(from string) {
-		entries, err := os.ReadDir(from)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, e := range entries {
-			if filepath.Ext(e.Name()) != ".cue" || e.Name() == "sha256.cue" {
-				continue
-			}
-			if _, err := os.Stat(filepath.Join(spec, e.Name())); err == nil {
-				continue
-			}
-			data, err := os.ReadFile(filepath.Join(from, e.Name()))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := os.WriteFile(filepath.Join(spec, e.Name()), data, 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	copyCUE(dir)
-	if _, err := os.Stat(filepath.Join(spec, "install.cue")); err != nil {
+	overlay := map[string][]byte{}
+	if _, err := os.Stat(filepath.Join(dir, "install.cue")); err != nil {
 		data, err := os.ReadFile(fixture.Path("examples/flatcar/install.cue"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(filepath.Join(spec, "install.cue"), data, 0o644); err != nil {
-			t.Fatal(err)
-		}
+		overlay["install.cue"] = data
 	}
 	var b strings.Builder
 	b.WriteString("package cluster\n\n_sha256: {\n")
@@ -70,10 +46,8 @@ func ignitionSpec(t *testing.T, dir, binaries string) string {
 		fmt.Fprintf(&b, "\t%q: %q\n", name, sum)
 	}
 	b.WriteString("}\n")
-	if err := os.WriteFile(filepath.Join(spec, "sha256.cue"), []byte(b.String()), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return spec
+	overlay["sha256.cue"] = []byte(b.String())
+	return overlay
 }
 
 // console is what a machine printed on its console, its boots in turn.
@@ -159,8 +133,8 @@ func checkIgnitionBoot(t *testing.T, c *Cluster, out *pipeline.Output, node stri
 func TestUpIgnition(t *testing.T) {
 	binaries, _ := bootInputs(t)
 	t.Run("single-node", func(t *testing.T) {
-		spec := ignitionSpec(t, fixture.Path("runtimes/nspawn/testdata/ignition-single"), binaries)
-		out := compileFor(t, spec, pipeline.Ignition)
+		spec := fixture.Path("runtimes/nspawn/testdata/ignition-single")
+		out := compileWith(t, spec, ignitionOverlay(t, spec, binaries), pipeline.Ignition)
 		c := bootIn(t, out, pipeline.Ignition, filepath.Join(t.TempDir(), "work"), false)
 		if log := c.cfg.Log.(*bytes.Buffer).String(); !strings.Contains(log, "Matchbox serving on 10.20.0.5:8080: 1 Ignition configs, 13 assets") {
 			t.Errorf("up did not say it serves Matchbox:\n%s", log)
@@ -220,8 +194,8 @@ func TestUpIgnition(t *testing.T) {
 		}
 	})
 	t.Run("control-plane-and-workers", func(t *testing.T) {
-		spec := ignitionSpec(t, fixture.Path("examples/flatcar"), binaries)
-		out := compileFor(t, spec, pipeline.Ignition)
+		spec := fixture.Path("examples/flatcar")
+		out := compileWith(t, spec, ignitionOverlay(t, spec, binaries), pipeline.Ignition)
 		c := bootIn(t, out, pipeline.Ignition, filepath.Join(t.TempDir(), "work"), false)
 		for _, n := range []string{"cp1", "w1", "w2", "fc1"} {
 			checkIgnitionBoot(t, c, out, n)

@@ -124,22 +124,28 @@ func (c *Cluster) network(m *machine, configure bool) error {
 	if !configure {
 		return nil
 	}
-	for _, a := range m.addrs {
-		if err := ip("-n", m.netns, "addr", "add", addrArg(a), "dev", "eth0"); err != nil {
+	for _, cmd := range addressing(c.p, m) {
+		if err := ip(append([]string{"-n", m.netns}, cmd...)...); err != nil {
 			return err
 		}
 	}
-	if err := ip("-n", m.netns, "link", "set", "eth0", "up"); err != nil {
-		return err
-	}
+	return nil
+}
+
+// addressing is what gives machine m the node's addresses and default
+// routes, each as ip's arguments inside its namespace.
+func addressing(p *plan, m *machine) [][]string {
+	var cmds [][]string
 	for _, a := range m.addrs {
-		if g, ok := c.p.gatewayFor(a.Addr()); ok {
-			if err := ip("-n", m.netns, family(g), "route", "replace", "default", "via", g.String(), "dev", "eth0"); err != nil {
-				return err
-			}
+		cmds = append(cmds, []string{"addr", "add", addrArg(a), "dev", "eth0"})
+	}
+	cmds = append(cmds, []string{"link", "set", "eth0", "up"})
+	for _, a := range m.addrs {
+		if g, ok := p.gatewayFor(a.Addr()); ok {
+			cmds = append(cmds, []string{family(g), "route", "replace", "default", "via", g.String(), "dev", "eth0"})
 		}
 	}
-	return nil
+	return cmds
 }
 
 // dropNetwork removes the machine's namespace; its veth goes with it.

@@ -147,7 +147,7 @@ func remoteArtifacts(c *ir.Cluster, n ir.Node) []types.File {
 	var out []types.File
 	cached := map[string]bool{}
 	for _, a := range c.Install.Artifacts {
-		dest, mode := a.Path, 0o755
+		dest, mode := a.Path, fs.FileMode(0o755)
 		if dest == "" {
 			uses := false
 			for _, m := range a.Extract {
@@ -161,16 +161,10 @@ func remoteArtifacts(c *ir.Cluster, n ir.Node) []types.File {
 		} else if !needed[dest] {
 			continue
 		}
-		out = append(out, types.File{
-			Node: types.Node{Path: dest, Overwrite: ptr(true), User: types.NodeUser{Name: ptr("root")}, Group: types.NodeGroup{Name: ptr("root")}},
-			FileEmbedded1: types.FileEmbedded1{
-				Mode: ptr(mode),
-				Contents: types.Resource{
-					Source:       ptr(a.URL),
-					Verification: types.Verification{Hash: ptr("sha256-" + a.SHA256)},
-				},
-			},
-		})
+		out = append(out, rootFile(dest, mode, types.Resource{
+			Source:       ptr(a.URL),
+			Verification: types.Verification{Hash: ptr("sha256-" + a.SHA256)},
+		}))
 	}
 	return out
 }
@@ -194,13 +188,16 @@ func file(p string, data []byte, mode fs.FileMode) (types.File, error) {
 	if err != nil {
 		return types.File{}, err
 	}
+	return rootFile(p, mode, types.Resource{Source: &src, Compression: compression}), nil
+}
+
+// rootFile is a storage.files entry of root's, replacing whatever the
+// image has at p.
+func rootFile(p string, mode fs.FileMode, contents types.Resource) types.File {
 	return types.File{
-		Node: types.Node{Path: p, Overwrite: ptr(true), User: types.NodeUser{Name: ptr("root")}, Group: types.NodeGroup{Name: ptr("root")}},
-		FileEmbedded1: types.FileEmbedded1{
-			Mode:     ptr(int(mode.Perm())),
-			Contents: types.Resource{Source: &src, Compression: compression},
-		},
-	}, nil
+		Node:          types.Node{Path: p, Overwrite: ptr(true), User: types.NodeUser{Name: ptr("root")}, Group: types.NodeGroup{Name: ptr("root")}},
+		FileEmbedded1: types.FileEmbedded1{Mode: ptr(int(mode.Perm())), Contents: contents},
+	}
 }
 
 func contents(data []byte) (string, *string, error) {

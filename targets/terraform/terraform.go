@@ -290,6 +290,18 @@ func NamedInitrds(img ir.BootImage) (initrd, args []string) {
 	return initrd, append(args, img.Args...)
 }
 
+// IgnitionProfile is the kernel, the initrds and the kernel arguments of
+// the Matchbox profile of an Ignition node: its role's image for its
+// family, the initrds named, and Ignition's arguments last.
+func IgnitionProfile(c *ir.Cluster, n ir.Node) (kernel string, initrd, args []string, err error) {
+	img, err := image(c, n.Role, n.OS)
+	if err != nil {
+		return "", nil, nil, err
+	}
+	initrd, args = NamedInitrds(img)
+	return img.Kernel, initrd, append(args, IgnitionArgs(c.Boot, n.OS)...), nil
+}
+
 // image is the boot image of a role's nodes of one family.
 func image(c *ir.Cluster, role ir.Role, os ir.OS) (ir.BootImage, error) {
 	for _, img := range c.Boot.Images {
@@ -348,19 +360,18 @@ func mainTF(c *ir.Cluster) ([]byte, error) {
 		)})
 	}
 	for _, n := range ign {
-		img, err := image(c, n.Role, n.OS)
+		kernel, initrd, args, err := IgnitionProfile(c, n)
 		if err != nil {
 			return nil, err
 		}
-		initrd, args := NamedInitrds(img)
 		ignNodes = append(ignNodes, hclwrite.ObjectAttrTokens{Name: v.str(n.Name), Value: hclwrite.TokensForObject([]hclwrite.ObjectAttrTokens{
 			attr("role", v.str(string(n.Role))),
 			attr("os", v.str(string(n.OS))),
 			attr("mac", v.str(n.MAC)),
 			attr("address", v.str(n.Address().String())),
-			attr("kernel", v.str(img.Kernel)),
+			attr("kernel", v.str(kernel)),
 			attr("initrd", v.list(initrd)),
-			attr("args", v.list(append(args, IgnitionArgs(c.Boot, n.OS)...))),
+			attr("args", v.list(args)),
 		})})
 	}
 	locals := body.AppendNewBlock("locals", nil).Body()
