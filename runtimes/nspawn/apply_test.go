@@ -395,7 +395,7 @@ func TestUpApply(t *testing.T) {
 	if err := e.apply(ctx, e.plan(newDir), newDir, second, "", false, true); err != nil {
 		t.Fatalf("resume: %v\n%s", err, second)
 	}
-	t.Logf("the apply, interrupted:\n%s\nresumed:\n%s", first, second)
+	e.detail("the apply, interrupted:\n%s\nresumed:\n%s", first, second)
 	if strings.Contains(second.String(), "step 1/2") {
 		t.Errorf("the resumed apply took step 1 again:\n%s", second)
 	}
