@@ -115,6 +115,14 @@ func (a *adjustments) add(name, what, why string) {
 	a.list = append(a.list, Adjustment{Name: name, What: what, Why: why})
 }
 
+// cloudInitOff disables the image's cloud-init, which is there for the
+// cloud-init target: the file's comment and the reason say what the
+// target has instead.
+func (a *adjustments) cloudInitOff(comment, why string) {
+	a.files[layout.CloudInitOff] = []byte("# kcompile up: " + comment + "\n")
+	a.add("cloud-init-disabled", "cloud-init disabled ("+layout.CloudInitOff+")", "the image carries cloud-init for the cloud-init target; "+why)
+}
+
 // decide works out the adjustments for a cluster on this host.
 func decide(c *ir.Cluster, p *plan, h hostFacts, target pipeline.Target, mirror string) (*adjustments, error) {
 	a := &adjustments{sysctls: map[string]string{}, files: map[string][]byte{}}
@@ -232,15 +240,11 @@ func decide(c *ir.Cluster, p *plan, h hostFacts, target pipeline.Target, mirror 
 	a.add("hosts", what, why)
 	switch target {
 	case pipeline.Systemd:
-		a.files[layout.CloudInitOff] = []byte("# kcompile up: the systemd target carries no cloud-init seed.\n")
-		a.add("cloud-init-disabled", "cloud-init disabled ("+layout.CloudInitOff+")",
-			"the image carries cloud-init for the cloud-init target; with a systemd tree it has nothing to do and would configure the network by DHCP")
+		a.cloudInitOff("the systemd target carries no cloud-init seed.", "with a systemd tree it has nothing to do and would configure the network by DHCP")
 		a.add("addresses", "node addresses and default routes configured in each machine's network namespace before it boots",
 			"a systemd tree carries no network configuration: on bare metal the installed system has it (the cloud-init target carries the spec's)")
 	case pipeline.Ignition:
-		a.files[layout.CloudInitOff] = []byte("# kcompile up: the Ignition target's machines are configured by Ignition.\n")
-		a.add("cloud-init-disabled", "cloud-init disabled ("+layout.CloudInitOff+")",
-			"the image carries cloud-init for the cloud-init target; Flatcar and Fedora CoreOS have none, and it would configure the network by DHCP")
+		a.cloudInitOff("the Ignition target's machines are configured by Ignition.", "Flatcar and Fedora CoreOS have none, and it would configure the network by DHCP")
 		a.add("stand-in", "each Flatcar or Fedora CoreOS node boots the Debian image, configured by its Ignition config as its family would be",
 			"up has no Flatcar or Fedora CoreOS image; the config, its files, units, users and the binaries it fetches are the node's own")
 		a.add("initramfs-network", "on a machine's first boot its PID 1 configures the node's addresses and default routes ("+layout.Abs(layout.UpNetwork)+") before Ignition and removes them after, as a network boot's initramfs does with DHCP's; the config's network file then configures the node (systemd-networkd on Flatcar)",

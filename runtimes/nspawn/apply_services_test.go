@@ -139,7 +139,7 @@ func serviceMove(t *testing.T, e *applyEnv, k *kube, newDir string, extra map[st
 			}
 			outages = append(outages, [2]time.Time{rs[0], end})
 		}
-		if strings.HasSuffix(target, ".1") {
+		if target == oldAPI || target == newAPI {
 			var took []string
 			for i, o := range outages {
 				took = append(took, fmt.Sprintf("%s after it was ready", o[1].Sub(restarts[i][1]).Round(time.Millisecond)))

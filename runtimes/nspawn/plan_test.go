@@ -426,31 +426,21 @@ func TestReadmeListsEveryAdjustment(t *testing.T) {
 	if !applied["conntrack-max-file"] || !strings.Contains(a.init, "net/netfilter/nf_conntrack_max") {
 		t.Errorf("a 1.36 kube-proxy without its conntrack file: %v", a.list)
 	}
-	// And what a cilium cluster needs besides.
-	cilium := compileDir(t, fixture.Path("runtimes/nspawn/testdata/cilium"), nil)
-	cp, err := newPlan(cilium, "/w")
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err = decide(cilium, cp, everyFact(), pipeline.Systemd, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, x := range a.list {
-		applied[x.Name] = true
-	}
-	// And what the Ignition target adds.
-	flatcar := compileDir(t, fixture.Path("examples/flatcar"), nil)
-	fp, err := newPlan(flatcar, "/w")
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err = decide(flatcar, fp, everyFact(), pipeline.Ignition, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, x := range a.list {
-		applied[x.Name] = true
+	// And what a cilium cluster needs besides, and what the Ignition
+	// target adds.
+	for dir, target := range map[string]pipeline.Target{"runtimes/nspawn/testdata/cilium": pipeline.Systemd, "examples/flatcar": pipeline.Ignition} {
+		other := compileDir(t, fixture.Path(dir), nil)
+		op, err := newPlan(other, "/w")
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, err := decide(other, op, everyFact(), target, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, x := range a.list {
+			applied[x.Name] = true
+		}
 	}
 	const page = "docs/up.md"
 	data, err := os.ReadFile(fixture.Path(page))
