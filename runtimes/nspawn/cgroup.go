@@ -146,11 +146,36 @@ func removeCgroup(dir string) error {
 		if err := emptyCgroup(d); err != nil {
 			return err
 		}
-		if err := syscall.Rmdir(d); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("cgroup %s: %v", d, err)
+		if err := rmdirCgroup(d, 10*time.Second); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// rmdirCgroup removes an emptied cgroup. A process just killed leaves
+// cgroup.procs when it starts to exit but keeps its cgroup busy until
+// the exit ends (a runc init thawed a moment before, seen at a down on
+// cgroup v1): the removal is tried again, the cgroup thawed and emptied
+// each time, until wait has passed.
+func rmdirCgroup(dir string, wait time.Duration) error {
+	deadline := time.Now().Add(wait)
+	for {
+		err := syscall.Rmdir(dir)
+		if err == nil || errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		if !errors.Is(err, syscall.EBUSY) || time.Now().After(deadline) {
+			return fmt.Errorf("cgroup %s: %w", dir, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+		if err := thawCgroup(dir); err != nil {
+			return err
+		}
+		if err := emptyCgroup(dir); err != nil {
+			return err
+		}
+	}
 }
 
 // thawCgroup lets every process of dir, and of the cgroups at dir's

@@ -214,6 +214,46 @@ func TestLeakCheckSees(t *testing.T) {
 // lands in them, and down removes them after ending that process, as
 // after a crash of up that orphaned a machine, even with the process
 // frozen.
+// TestRmdirCgroupWaitsWhileBusy holds rmdirCgroup to retrying a cgroup
+// the kernel calls busy until it is not (here a child cgroup removed a
+// moment later, as a killed process's exit ends), and to giving up
+// with the kernel's answer once its wait has passed.
+func TestRmdirCgroupWaitsWhileBusy(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("cgroups are made by root: run the test as root (CI does)")
+	}
+	mounts, err := os.ReadFile("/proc/self/mounts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := readCgroupMounts(mounts)
+	if len(hs) == 0 {
+		t.Fatal("no cgroup hierarchy mounted")
+	}
+	dir := filepath.Join(hs[0].dir, namePrefix+"rm"+strconv.Itoa(os.Getpid()%10000))
+	child := filepath.Join(dir, "child")
+	if err := os.MkdirAll(child, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = syscall.Rmdir(child)
+		_ = syscall.Rmdir(dir)
+	})
+	if err := rmdirCgroup(dir, 0); !errors.Is(err, syscall.EBUSY) {
+		t.Fatalf("a busy cgroup with no wait: %v, want the kernel's %q", err, syscall.EBUSY.Error())
+	}
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		_ = syscall.Rmdir(child)
+	}()
+	if err := rmdirCgroup(dir, 5*time.Second); err != nil {
+		t.Fatalf("a cgroup busy for 300 ms: %v", err)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("%s stays: %v", dir, err)
+	}
+}
+
 func TestMachineCgroups(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Fatal("cgroups are made by root: run the test as root (CI does)")
