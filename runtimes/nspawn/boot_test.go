@@ -10,6 +10,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/http"
 	"net/url"
@@ -1007,6 +1008,42 @@ func TestUpCloudInit(t *testing.T) {
 		t.Errorf("runcmd's script with a broken unit: %v\n%s", err, out)
 	}
 	t.Logf("%.0fs: a broken unit reported", time.Since(start).Seconds())
+
+	// A container's cgroup frozen, as a runc killed while it sets the
+	// container's device rules leaves it (CI saw the machine's halt wait
+	// on such a runc init until down forced it): down thaws it while the
+	// machine halts, and the halt is not forced (bootIn's check).
+	m := c.machine("box")
+	m.mu.Lock()
+	dirs := m.cgroups
+	m.mu.Unlock()
+	frozen := ""
+	for _, d := range dirs {
+		err := filepath.WalkDir(d, func(p string, de fs.DirEntry, err error) error {
+			if err != nil || frozen != "" || !de.IsDir() || !strings.HasPrefix(de.Name(), "cri-containerd-") || !strings.HasSuffix(de.Name(), ".scope") {
+				return err
+			}
+			for file, state := range map[string]string{"freezer.state": "FROZEN", "cgroup.freeze": "1"} {
+				if _, err := os.Stat(filepath.Join(p, file)); err == nil {
+					frozen = p
+					return os.WriteFile(filepath.Join(p, file), []byte(state), 0o644)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if frozen == "" {
+		t.Fatalf("no container's cgroup to freeze below %q", dirs)
+	}
+	if err := c.Down(ctx); err != nil {
+		t.Fatalf("down: %v", err)
+	}
+	if log := c.cfg.Log.(*bytes.Buffer).String(); !strings.Contains(log, "machine box: cgroup "+frozen+" was frozen while its machine halted") {
+		t.Errorf("down did not say it thawed %s:\n%s", frozen, log)
+	}
 }
 
 // assertCompiledFilesInMachine compares every file of a node's compiled

@@ -185,9 +185,25 @@ func rmdirCgroup(dir string, wait time.Duration) error {
 // middle (its machine shutting down) leaves it frozen; down then waited
 // on a runc init no SIGKILL reached, and the machine's shutdown with it.
 func thawCgroup(dir string) error {
-	mounts, err := os.ReadFile("/proc/self/mounts")
+	frozen, err := frozenCgroups(dir)
 	if err != nil {
 		return err
+	}
+	for file, thawed := range frozen {
+		if err := thaw(file, thawed); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// frozenCgroups finds the frozen cgroups at and below dir's place in
+// every hierarchy: each one's state file (cgroup v1's freezer.state,
+// cgroup v2's cgroup.freeze), mapped to what thaws it.
+func frozenCgroups(dir string) (map[string]string, error) {
+	mounts, err := os.ReadFile("/proc/self/mounts")
+	if err != nil {
+		return nil, err
 	}
 	hierarchies := readCgroupMounts(mounts)
 	// dir's place: its path below the hierarchy it is in (the longest
@@ -199,8 +215,9 @@ func thawCgroup(dir string) error {
 			own = h.dir
 		}
 	}
+	frozen := map[string]string{}
 	if own == "" {
-		return nil
+		return frozen, nil
 	}
 	rel := strings.TrimPrefix(dir, own+"/")
 	for _, h := range hierarchies {
@@ -214,24 +231,79 @@ func thawCgroup(dir string) error {
 			if !d.IsDir() {
 				return nil
 			}
-			// cgroup v1's freezer controller, and cgroup v2's own.
 			for file, thawed := range map[string]string{"freezer.state": "THAWED", "cgroup.freeze": "0"} {
 				f := filepath.Join(p, file)
 				state, err := os.ReadFile(f)
-				if err != nil || strings.TrimSpace(string(state)) == thawed {
-					continue
-				}
-				if err := os.WriteFile(f, []byte(thawed), 0o644); err != nil {
-					return fmt.Errorf("thawing cgroup %s: %v", p, err)
+				if err == nil && strings.TrimSpace(string(state)) != thawed {
+					frozen[f] = thawed
 				}
 			}
 			return nil
 		})
 		if err != nil {
-			return err
+			return nil, err
 		}
 	}
+	return frozen, nil
+}
+
+func thaw(file, thawed string) error {
+	if err := os.WriteFile(file, []byte(thawed), 0o644); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("thawing cgroup %s: %v", filepath.Dir(file), err)
+	}
 	return nil
+}
+
+// thawWhileHalting thaws, until the returned stop is called, each cgroup
+// of the machine that a halt finds frozen at two looks a second apart.
+// A container whose runc was killed while it set the container's device
+// rules stays frozen (see thawCgroup), and its runc init with it: the
+// machine's systemd waits on that process, which neither its SIGTERM nor
+// its SIGKILL reaches, until the halt is forced. runc freezes a cgroup
+// for milliseconds; nothing in a halting machine is frozen for a second
+// on purpose.
+func thawWhileHalting(dirs []string, every time.Duration, logf func(string, ...any)) (stop func()) {
+	if len(dirs) == 0 {
+		return func() {}
+	}
+	done := make(chan struct{})
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		var seen map[string]string
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			// One directory covers every hierarchy: frozenCgroups looks
+			// at its place in each.
+			frozen, err := frozenCgroups(dirs[0])
+			if err != nil {
+				logf("%v", err)
+				return
+			}
+			for file, thawed := range frozen {
+				if _, again := seen[file]; !again {
+					continue
+				}
+				if err := thaw(file, thawed); err != nil {
+					logf("%v", err)
+					continue
+				}
+				logf("cgroup %s was frozen while its machine halted (a runc ended in the middle of its work leaves it so, and its processes with it): thawed, so that the halt ends them", filepath.Dir(file))
+				delete(frozen, file)
+			}
+			seen = frozen
+		}
+	}()
+	return func() {
+		close(done)
+		<-ended
+	}
 }
 
 // emptyCgroup ends the processes of one cgroup and waits until it has

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -251,6 +252,100 @@ func TestRmdirCgroupWaitsWhileBusy(t *testing.T) {
 	}
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
 		t.Errorf("%s stays: %v", dir, err)
+	}
+}
+
+// A halting machine's cgroup that stays frozen (a runc ended in the
+// middle of its device rules) is thawed at the second look, and the
+// halt's signal then ends its process; one frozen for less than the
+// time between two looks is left alone.
+func TestThawWhileHalting(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("cgroups are made by root: run the test as root (CI does)")
+	}
+	mounts, err := os.ReadFile("/proc/self/mounts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dir, file, frozen string
+	for _, h := range readCgroupMounts(mounts) {
+		d := filepath.Join(h.dir, namePrefix+"thaw"+strconv.Itoa(os.Getpid()%10000))
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for f, state := range map[string]string{"freezer.state": "FROZEN", "cgroup.freeze": "1"} {
+			if _, err := os.Stat(filepath.Join(d, f)); err == nil && dir == "" {
+				dir, file, frozen = d, filepath.Join(d, f), state
+			}
+		}
+		if d != dir {
+			if err := syscall.Rmdir(d); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if dir != "" {
+			break
+		}
+	}
+	if dir == "" {
+		t.Fatal("no cgroup hierarchy here can freeze a cgroup")
+	}
+	sleeper := exec.Command("sleep", "60")
+	if err := sleeper.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waited := make(chan struct{})
+	go func() {
+		_ = sleeper.Wait()
+		close(waited)
+	}()
+	t.Cleanup(func() {
+		_ = os.WriteFile(file, []byte(map[string]string{"FROZEN": "THAWED", "1": "0"}[frozen]), 0o644)
+		_ = sleeper.Process.Kill()
+		<-waited
+		eventuallyTrue(t, func() bool { return syscall.Rmdir(dir) == nil }, "removing "+dir)
+	})
+	if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(sleeper.Process.Pid)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(file, []byte(frozen), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := sleeper.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	var logged []string
+	var logMu sync.Mutex
+	logf := func(format string, args ...any) {
+		logMu.Lock()
+		defer logMu.Unlock()
+		logged = append(logged, fmt.Sprintf(format, args...))
+	}
+
+	// Stopped between the first look and the second: left frozen.
+	stop := thawWhileHalting([]string{dir}, time.Second, logf)
+	time.Sleep(1400 * time.Millisecond)
+	stop()
+	select {
+	case <-waited:
+		t.Fatal("the process ended while its cgroup was to be frozen: the test freezes nothing, or the watch thawed at its first look")
+	default:
+	}
+	if state, _ := os.ReadFile(file); strings.TrimSpace(string(state)) != frozen || len(logged) != 0 {
+		t.Fatalf("after one look: %s is %q, logged %q", file, state, logged)
+	}
+
+	stop = thawWhileHalting([]string{dir}, 100*time.Millisecond, logf)
+	defer stop()
+	select {
+	case <-waited:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the process of a cgroup frozen through a halt outlived its SIGTERM by 5 s")
+	}
+	logMu.Lock()
+	defer logMu.Unlock()
+	if len(logged) != 1 || !strings.Contains(logged[0], "cgroup "+dir+" was frozen while its machine halted") {
+		t.Errorf("the watch logged %q", logged)
 	}
 }
 

@@ -44,7 +44,12 @@ type machine struct {
 	// machine boots instead of up's --binaries (kcompile apply's).
 	binaries string
 
-	mu      sync.Mutex
+	mu sync.Mutex
+	// cgroups are the machine's own cgroup in each hierarchy, and logf
+	// up's log: a halt thaws what it finds stuck there.
+	cgroups []string
+	logf    func(string, ...any)
+
 	proc    Resource
 	cmd     *exec.Cmd
 	boots   int
@@ -221,6 +226,9 @@ func (c *Cluster) boot(m *machine) error {
 	// A process group of its own: Ctrl-C on up's terminal reaches up,
 	// which halts the machines in order.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	m.mu.Lock()
+	m.cgroups, m.logf = cgroups, c.logf
+	m.mu.Unlock()
 	cmd.Env = append(os.Environ(), "SYSTEMD_NSPAWN_TMPFS_TMP=0")
 	if err := cmd.Start(); err != nil {
 		log.Close()
@@ -302,6 +310,7 @@ func (m *machine) powerOff(ctx context.Context, shutdown time.Duration) (grace t
 	m.stopped = true
 	m.mu.Unlock()
 	if _, err := m.exec(ctx, "systemctl", "poweroff", "--no-block"); err == nil {
+		defer m.halting()()
 		t := time.NewTimer(grace)
 		defer t.Stop()
 		select {
@@ -332,6 +341,7 @@ func (m *machine) stop(ctx context.Context, grace time.Duration) (forced bool) {
 	m.mu.Unlock()
 	if grace > 0 {
 		r.signal(syscall.SIGTERM)
+		defer m.halting()()
 		t := time.NewTimer(grace)
 		defer t.Stop()
 		cancelled := false
@@ -358,6 +368,20 @@ func (m *machine) stop(ctx context.Context, grace time.Duration) (forced bool) {
 	r.kill()
 	<-m.done
 	return true
+}
+
+// halting thaws the machine's stuck cgroups until the returned stop is
+// called (thawWhileHalting): while it halts or reboots.
+func (m *machine) halting() (stop func()) {
+	m.mu.Lock()
+	dirs, logf := m.cgroups, m.logf
+	m.mu.Unlock()
+	if logf == nil {
+		logf = func(string, ...any) {}
+	}
+	return thawWhileHalting(dirs, time.Second, func(format string, args ...any) {
+		logf("machine %s: "+format, append([]any{m.name}, args...)...)
+	})
 }
 
 // machineEnv is the environment of a command run in a machine, as

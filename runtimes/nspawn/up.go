@@ -1309,6 +1309,7 @@ func (c *Cluster) Reboot(ctx context.Context, node string) error {
 	if _, err := m.exec(ctx, "systemctl", "reboot"); err != nil {
 		return err
 	}
+	defer m.halting()()
 	for {
 		m.mu.Lock()
 		b := m.boots
