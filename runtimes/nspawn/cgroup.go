@@ -185,7 +185,11 @@ func rmdirCgroup(dir string, wait time.Duration) error {
 // middle (its machine shutting down) leaves it frozen; down then waited
 // on a runc init no SIGKILL reached, and the machine's shutdown with it.
 func thawCgroup(dir string) error {
-	frozen, err := frozenCgroups(dir)
+	places, err := cgroupPlaces(dir)
+	if err != nil {
+		return err
+	}
+	frozen, err := frozenCgroups(places)
 	if err != nil {
 		return err
 	}
@@ -197,31 +201,40 @@ func thawCgroup(dir string) error {
 	return nil
 }
 
-// frozenCgroups finds the frozen cgroups at and below dir's place in
-// every hierarchy: each one's state file (cgroup v1's freezer.state,
-// cgroup v2's cgroup.freeze), mapped to what thaws it.
-func frozenCgroups(dir string) (map[string]string, error) {
+// cgroupPlaces are dir's place in every hierarchy: its path below the
+// hierarchy it is in, joined to each hierarchy's mount.
+func cgroupPlaces(dir string) ([]string, error) {
 	mounts, err := os.ReadFile("/proc/self/mounts")
 	if err != nil {
 		return nil, err
 	}
 	hierarchies := readCgroupMounts(mounts)
-	// dir's place: its path below the hierarchy it is in (the longest
-	// mount that holds it: a v2 hierarchy may be mounted at cgroupRoot
-	// itself).
+	// The hierarchy dir is in: the longest mount that holds it (a v2
+	// hierarchy may be mounted at cgroupRoot itself).
 	own := ""
 	for _, h := range hierarchies {
 		if strings.HasPrefix(dir, h.dir+"/") && len(h.dir) > len(own) {
 			own = h.dir
 		}
 	}
-	frozen := map[string]string{}
 	if own == "" {
-		return frozen, nil
+		return nil, nil
 	}
 	rel := strings.TrimPrefix(dir, own+"/")
+	var places []string
 	for _, h := range hierarchies {
-		err := filepath.WalkDir(filepath.Join(h.dir, rel), func(p string, d fs.DirEntry, err error) error {
+		places = append(places, filepath.Join(h.dir, rel))
+	}
+	return places, nil
+}
+
+// frozenCgroups finds the frozen cgroups at and below each of dirs: each
+// one's state file (cgroup v1's freezer.state, cgroup v2's
+// cgroup.freeze), mapped to what thaws it. A directory gone is none.
+func frozenCgroups(dirs []string) (map[string]string, error) {
+	frozen := map[string]string{}
+	for _, dir := range dirs {
+		err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 			if err != nil {
 				if errors.Is(err, fs.ErrNotExist) {
 					return nil
@@ -255,7 +268,8 @@ func thaw(file, thawed string) error {
 }
 
 // thawWhileHalting thaws, until the returned stop is called, each cgroup
-// of the machine that a halt finds frozen at two looks a second apart.
+// at or below dirs (a machine's own, one per hierarchy) that a halt
+// finds frozen at two looks a second apart.
 // A container whose runc was killed while it set the container's device
 // rules stays frozen (see thawCgroup), and its runc init with it: the
 // machine's systemd waits on that process, which neither its SIGTERM nor
@@ -279,9 +293,7 @@ func thawWhileHalting(dirs []string, every time.Duration, logf func(string, ...a
 				return
 			case <-t.C:
 			}
-			// One directory covers every hierarchy: frozenCgroups looks
-			// at its place in each.
-			frozen, err := frozenCgroups(dirs[0])
+			frozen, err := frozenCgroups(dirs)
 			if err != nil {
 				logf("%v", err)
 				return

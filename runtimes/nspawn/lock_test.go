@@ -220,17 +220,7 @@ func TestLeakCheckSees(t *testing.T) {
 // moment later, as a killed process's exit ends), and to giving up
 // with the kernel's answer once its wait has passed.
 func TestRmdirCgroupWaitsWhileBusy(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Fatal("cgroups are made by root: run the test as root (CI does)")
-	}
-	mounts, err := os.ReadFile("/proc/self/mounts")
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := readCgroupMounts(mounts)
-	if len(hs) == 0 {
-		t.Fatal("no cgroup hierarchy mounted")
-	}
+	hs := hostCgroups(t)
 	dir := filepath.Join(hs[0].dir, namePrefix+"rm"+strconv.Itoa(os.Getpid()%10000))
 	child := filepath.Join(dir, "child")
 	if err := os.MkdirAll(child, 0o755); err != nil {
@@ -260,22 +250,15 @@ func TestRmdirCgroupWaitsWhileBusy(t *testing.T) {
 // halt's signal then ends its process; one frozen for less than the
 // time between two looks is left alone.
 func TestThawWhileHalting(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Fatal("cgroups are made by root: run the test as root (CI does)")
-	}
-	mounts, err := os.ReadFile("/proc/self/mounts")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var dir, file, frozen string
-	for _, h := range readCgroupMounts(mounts) {
+	var dir, file, frozen, thawed string
+	for _, h := range hostCgroups(t) {
 		d := filepath.Join(h.dir, namePrefix+"thaw"+strconv.Itoa(os.Getpid()%10000))
 		if err := os.Mkdir(d, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		for f, state := range map[string]string{"freezer.state": "FROZEN", "cgroup.freeze": "1"} {
-			if _, err := os.Stat(filepath.Join(d, f)); err == nil && dir == "" {
-				dir, file, frozen = d, filepath.Join(d, f), state
+		for _, f := range [][3]string{{"freezer.state", "FROZEN", "THAWED"}, {"cgroup.freeze", "1", "0"}} {
+			if _, err := os.Stat(filepath.Join(d, f[0])); err == nil && dir == "" {
+				dir, file, frozen, thawed = d, filepath.Join(d, f[0]), f[1], f[2]
 			}
 		}
 		if d != dir {
@@ -300,7 +283,7 @@ func TestThawWhileHalting(t *testing.T) {
 		close(waited)
 	}()
 	t.Cleanup(func() {
-		_ = os.WriteFile(file, []byte(map[string]string{"FROZEN": "THAWED", "1": "0"}[frozen]), 0o644)
+		_ = os.WriteFile(file, []byte(thawed), 0o644)
 		_ = sleeper.Process.Kill()
 		<-waited
 		eventuallyTrue(t, func() bool { return syscall.Rmdir(dir) == nil }, "removing "+dir)
@@ -350,17 +333,11 @@ func TestThawWhileHalting(t *testing.T) {
 }
 
 func TestMachineCgroups(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Fatal("cgroups are made by root: run the test as root (CI does)")
-	}
-	mounts, err := os.ReadFile("/proc/self/mounts")
-	if err != nil {
-		t.Fatal(err)
-	}
+	hs := hostCgroups(t)
 	work := t.TempDir()
 	c := &Cluster{
 		p:      &plan{bridge: namePrefix + "cg" + strconv.Itoa(os.Getpid()%10000)},
-		adjust: &adjustments{cgroups: readCgroupMounts(mounts)},
+		adjust: &adjustments{cgroups: hs},
 		j:      &journal{path: filepath.Join(work, StateName), state: State{Cluster: "x"}},
 	}
 	m := &machine{name: "cp1"}
@@ -453,6 +430,24 @@ func TestMachineCgroups(t *testing.T) {
 			t.Errorf("%s survived down: %v", filepath.Dir(d), err)
 		}
 	}
+}
+
+// hostCgroups are this host's cgroup hierarchies, for a test that makes
+// cgroups in them as up does: as root.
+func hostCgroups(t *testing.T) []cgroupMount {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatal("cgroups are made by root: run the test as root (CI does)")
+	}
+	mounts, err := os.ReadFile("/proc/self/mounts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := readCgroupMounts(mounts)
+	if len(hs) == 0 {
+		t.Fatal("no cgroup hierarchy mounted")
+	}
+	return hs
 }
 
 func eventuallyTrue(t *testing.T, f func() bool, what string) {

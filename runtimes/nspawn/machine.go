@@ -310,15 +310,19 @@ func (m *machine) powerOff(ctx context.Context, shutdown time.Duration) (grace t
 	m.stopped = true
 	m.mu.Unlock()
 	if _, err := m.exec(ctx, "systemctl", "poweroff", "--no-block"); err == nil {
-		defer m.halting()()
+		thawing := m.halting()
 		t := time.NewTimer(grace)
-		defer t.Stop()
 		select {
 		case <-m.done:
+			t.Stop()
+			thawing()
 			return grace, false
 		case <-t.C:
 		case <-ctx.Done():
 		}
+		t.Stop()
+		// stop watches from here on.
+		thawing()
 	}
 	select {
 	case <-m.done:
@@ -376,9 +380,6 @@ func (m *machine) halting() (stop func()) {
 	m.mu.Lock()
 	dirs, logf := m.cgroups, m.logf
 	m.mu.Unlock()
-	if logf == nil {
-		logf = func(string, ...any) {}
-	}
 	return thawWhileHalting(dirs, time.Second, func(format string, args ...any) {
 		logf("machine %s: "+format, append([]any{m.name}, args...)...)
 	})
