@@ -313,6 +313,9 @@ func Apply(ctx context.Context, cfg ApplyConfig) error {
 			return err
 		}
 	}
+	if err := a.healthyBefore(ctx, prevC, a.steps[done]); err != nil {
+		return err
+	}
 	for i := done; i < len(a.steps); i++ {
 		s := a.steps[i]
 		c, tree, err := cfg.Build(s.State, s.Tolerate)
@@ -361,6 +364,33 @@ func Apply(ctx context.Context, cfg ApplyConfig) error {
 		}
 	}
 	return os.Remove(progressPath)
+}
+
+// healthyBefore is the gate before the first step an apply takes, a
+// resumed one's too: the cluster it starts from healthy (health). A step
+// holds a cluster to what it was, and a gate after it to what it should
+// be; on a cluster with a node or member down before it the step would
+// take it further down (a member's restart beside one down loses etcd's
+// quorum) or stop at its gate on a fault it did not cause. A dry run
+// looks once and says what it found.
+func (a *applier) healthyBefore(ctx context.Context, c *ir.Cluster, s change.Step) error {
+	what := fmt.Sprintf("the running cluster healthy before step %d", s.N)
+	if a.cfg.DryRun {
+		if ok, status := a.health(ctx, c); !ok {
+			a.log("the running cluster is not healthy now (%s): apply would wait up to %s for it before step %d", status, a.cfg.GateTimeout, s.N)
+		} else {
+			a.log("gate: %s", what)
+		}
+		return nil
+	}
+	if err := a.await(ctx, what, func() (bool, string) { return a.health(ctx, c) }); err != nil {
+		again := "apply again"
+		if a.cfg.Resume {
+			again = "run kcompile apply --resume again"
+		}
+		return fmt.Errorf("apply changes nothing on a cluster that is not healthy: %w; mend what it names (kcompile node start, the unit's journal) and %s", err, again)
+	}
+	return nil
 }
 
 func newApplier(cfg ApplyConfig) *applier {

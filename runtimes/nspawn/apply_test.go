@@ -81,6 +81,8 @@ type applyEnv struct {
 	issued  time.Time
 	// ssh, when set, is how apply reaches the nodes.
 	ssh *SSH
+	// gateTimeout, when set, bounds apply's gates (else 3 minutes).
+	gateTimeout time.Duration
 	// details are long logs (apply's, step by step) a failed test
 	// prints after its failures and up's log: CI shows the head and
 	// the tail of a long output, and they would push the failures out
@@ -227,6 +229,10 @@ func (e *applyEnv) apply(ctx context.Context, p *change.Plan, dir string, log *s
 	if binaries != "" {
 		binaries = fixture.Path(binaries)
 	}
+	gate := 3 * time.Minute
+	if e.gateTimeout > 0 {
+		gate = e.gateTimeout
+	}
 	return Apply(ctx, ApplyConfig{Running: running, Plan: p, Old: old, OldTree: oldTree,
 		Build: func(state map[string]any, tolerate []string) (*ir.Cluster, *targets.Tree, error) {
 			src, err := compiler.StateSource(compiler.Source{Dir: dir, Tolerate: tolerate}, state)
@@ -235,7 +241,7 @@ func (e *applyEnv) apply(ctx context.Context, p *change.Plan, dir string, log *s
 			}
 			return e.build(src)
 		},
-		Binaries: binaries, DryRun: dryRun, Resume: resume, GateTimeout: 3 * time.Minute, Log: log, Now: time.Now, SSH: e.ssh, Secrets: secrets})
+		Binaries: binaries, DryRun: dryRun, Resume: resume, GateTimeout: gate, Log: log, Now: time.Now, SSH: e.ssh, Secrets: secrets})
 }
 
 // invocations are the InvocationIDs of units on nodes: a unit restarted
@@ -361,19 +367,48 @@ func TestUpApply(t *testing.T) {
 	}
 	units := []string{"kubelet.service", "containerd.service", "kube-proxy.service"}
 	watched := map[string][]string{"cp1": append(slices.Clone(units), "etcd.service", "kube-apiserver.service"), "w1": units, "w2": units}
-	start := e.invocations(watched)
 
-	// A dry run says what it would lay and restart, and does nothing.
+	// On a cluster not healthy (w2's kubelet stopped: its Node stays
+	// Ready for the lease's 40 s) a dry run says so and what it would
+	// do, and apply waits on the cluster's health before its first step,
+	// and changes nothing when it does not come.
+	if out, err := e.c.Exec(ctx, "w2", "systemctl", "stop", "kubelet.service"); err != nil {
+		t.Fatalf("stopping w2's kubelet: %v\n%s", err, out)
+	}
+	start := e.invocations(watched)
 	dry := &stopAt{}
 	if err := e.apply(ctx, p, newDir, dry, "", true, false); err != nil {
 		t.Fatalf("dry run: %v\n%s", err, dry)
 	}
-	if !strings.Contains(dry.String(), "would lay 1 files on w1 (/var/lib/kubelet/config.yaml), then restart kubelet.service") {
-		t.Errorf("the dry run does not say what it would do:\n%s", dry)
+	for _, said := range []string{
+		"the running cluster is not healthy now (w2: kubelet.service inactive",
+		"apply would wait up to 3m0s for it before step 1",
+		"would lay 1 files on w1 (/var/lib/kubelet/config.yaml), then restart kubelet.service",
+	} {
+		if !strings.Contains(dry.String(), said) {
+			t.Errorf("the dry run does not say %q:\n%s", said, dry)
+		}
+	}
+	e.gateTimeout = 3 * time.Second
+	unhealthy := &stopAt{}
+	err = e.apply(ctx, p, newDir, unhealthy, "", false, false)
+	e.gateTimeout = 0
+	if err == nil || !strings.Contains(err.Error(), `apply changes nothing on a cluster that is not healthy: gate "the running cluster healthy before step 1" does not hold (w2: kubelet.service inactive`) {
+		t.Errorf("an apply to a cluster with a kubelet stopped: %v\n%s", err, unhealthy)
+	}
+	if strings.Contains(unhealthy.String(), "step 1/2") {
+		t.Errorf("the apply to a cluster not healthy took a step:\n%s", unhealthy)
+	}
+	if _, err := os.Stat(filepath.Join(e.work, ProgressFile)); !os.IsNotExist(err) {
+		t.Errorf("the apply to a cluster not healthy left a progress file: %v", err)
 	}
 	if r := restarted(start, e.invocations(watched)); len(r) > 0 {
-		t.Errorf("the dry run restarted %v", r)
+		t.Errorf("the dry run and the apply to a cluster not healthy restarted %v", r)
 	}
+	if out, err := e.c.Exec(ctx, "w2", "systemctl", "start", "kubelet.service"); err != nil {
+		t.Fatalf("starting w2's kubelet: %v\n%s", err, out)
+	}
+	start = e.invocations(watched)
 
 	// Interrupted once the first step is done.
 	ctx1, cancel := context.WithCancel(ctx)
@@ -382,6 +417,10 @@ func TestUpApply(t *testing.T) {
 	err = e.apply(ctx1, p, newDir, first, "", false, false)
 	if err == nil || !strings.Contains(err.Error(), "stopped after step 1 of 2") || !strings.Contains(err.Error(), "--resume goes on from step 2") {
 		t.Fatalf("an interrupted apply: %v\n%s", err, first)
+	}
+	// w2's kubelet, just started again, was waited on.
+	if !strings.Contains(first.String(), "gate: the running cluster healthy before step 1") {
+		t.Errorf("the apply does not say it found the cluster healthy before its first step:\n%s", first)
 	}
 	afterFirst := e.invocations(watched)
 	if r := restarted(start, afterFirst); !slices.Equal(r, []string{"w1 kubelet.service"}) {
