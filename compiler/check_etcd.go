@@ -28,6 +28,7 @@ const (
 	CodeBackupUpload    = "KC0413"
 	CodeBackupReach     = "KC0414"
 	CodeBackupNone      = "KC0415"
+	CodeBackupTimeout   = "KC0416"
 )
 
 func etcdFamily() family {
@@ -47,6 +48,7 @@ func etcdFamily() family {
 		rule(CodeBackupUpload, diag.Error, "etcd.backup.upload is no command: its program is no clean absolute path, or an argument holds a control character"),
 		rule(CodeBackupReach, diag.Warning, "the snapshots etcd.backup keeps reach back less than a day"),
 		rule(CodeBackupNone, diag.Warning, "a cluster labelled production takes no etcd snapshots"),
+		rule(CodeBackupTimeout, diag.Error, "etcd.backup.timeout is not a positive duration"),
 	}}
 }
 
@@ -239,6 +241,10 @@ func checkBackup(m *model) {
 			m.report(CodeBackupDirectory, "etcd.backup.directory", fmt.Sprintf("etcd.backup.directory %s holds other programs' files: the backup unit makes it 0700 and prunes files in it", diag.Quote(b.Directory)),
 				"give the snapshots a directory of their own, such as "+b.Directory+"/etcd-backup")
 		}
+	}
+	if d, err := time.ParseDuration(b.Timeout); err != nil || d <= 0 {
+		m.report(CodeBackupTimeout, "etcd.backup.timeout", fmt.Sprintf("etcd.backup.timeout %s is not a positive duration: the backup unit would stop no run", diag.Quote(b.Timeout)),
+			`write a Go duration such as "1h" or "2h30m": how long a snapshot and its upload may take`)
 	}
 	for i, a := range b.Upload {
 		p := fmt.Sprintf("etcd.backup.upload[%d]", i)

@@ -313,6 +313,10 @@ workers: pools: w: {count: 23, firstAddress: "10.0.1.1"}`,
 etcd: backup: {}`,
 			fail: haNet + `labels: environment: "production"`,
 			path: "labels.environment", pos: "14:22"},
+		{code: CodeBackupTimeout, // the schema's pattern takes 0s
+			pass: haNet + `etcd: backup: timeout: "2h30m"`,
+			fail: haNet + `etcd: backup: timeout: "0s"`,
+			path: "etcd.backup.timeout", pos: "14:24"},
 
 		// control plane
 		{code: CodeNoControlPlane, // nothing is written under controlPlane: reported at the package clause

@@ -182,6 +182,7 @@ func stringFields() []stringField {
 		{pattern: "etcd.joining[]", checkedBy: CodeEtcdJoining, sample: `etcd: joining: [%s]`},
 		{pattern: "etcd.backup.schedule", checkedBy: CodeBackupSchedule, sample: `etcd: backup: schedule: %s`},
 		{pattern: "etcd.backup.directory", checkedBy: CodeBackupDirectory, sample: `etcd: backup: directory: %s`},
+		{pattern: "etcd.backup.timeout", checkedBy: "schema", sample: `etcd: backup: timeout: %s`},
 		// The program; its arguments reach the unit's command line through
 		// its encoder, control characters refused.
 		{pattern: "etcd.backup.upload[]", checkedBy: CodeBackupUpload, sample: `etcd: backup: upload: [%s]`},

@@ -298,7 +298,8 @@ func lowerEtcd(m *model, nodes []ir.Node, members []etcdMember) ir.Etcd {
 			Joining: slices.Contains(s.Joining, mem.name)})
 	}
 	if b := s.Backup; b != nil {
-		e.Backup = &ir.EtcdBackup{Schedule: b.Schedule, Retention: b.Retention, Directory: b.Directory, Upload: slices.Clone(b.Upload)}
+		timeout, _ := time.ParseDuration(b.Timeout)
+		e.Backup = &ir.EtcdBackup{Schedule: b.Schedule, Retention: b.Retention, Directory: b.Directory, Upload: slices.Clone(b.Upload), Timeout: timeout}
 		// The check refused a schedule systemd would not read; the timer
 		// carries its normalized form, as systemctl shows it, in UTC as
 		// the schema says it is.

@@ -175,6 +175,7 @@ type specEtcdBackup struct {
 	Retention int      `json:"retention"`
 	Directory string   `json:"directory"`
 	Upload    []string `json:"upload"`
+	Timeout   string   `json:"timeout"`
 }
 
 type specNetwork struct {

@@ -357,6 +357,8 @@ type EtcdBackup struct {
 	// Upload is a command (its arguments) run after each snapshot, with
 	// the snapshot's path in KCOMPILE_SNAPSHOT; none when empty.
 	Upload []string
+	// Timeout bounds one run, upload included.
+	Timeout time.Duration
 }
 
 // InitialCluster is etcd's --initial-cluster value:

@@ -2,6 +2,7 @@ package systemd
 
 import (
 	"strconv"
+	"time"
 
 	"github.com/kcompile/kcompile/compiler/ir"
 	"github.com/kcompile/kcompile/internal/unitfile"
@@ -33,6 +34,10 @@ func backupUnits(m ir.EtcdMember, b *ir.EtcdBackup, l placement) []UnitFile {
 		}},
 		{Name: "Service", Directives: []unitfile.Directive{
 			{Key: "Type", Value: "oneshot"},
+			// A oneshot's start has no bound by default, and the timer
+			// starts no run while one runs: a hung upload would hold
+			// back every later snapshot. Stopped, the run fails.
+			{Key: "TimeoutStartSec", Value: timeSpan(b.Timeout)},
 			// "+": outside the sandbox, whose ReadWritePaths= needs the
 			// directory in place.
 			unitfile.Exec("ExecStartPre", "+", layout.Abs(layout.SystemdTmpfiles), "--create", layout.Abs(layout.EtcdBackupTmpfilesConf)),
@@ -55,6 +60,18 @@ func backupUnits(m ir.EtcdMember, b *ir.EtcdBackup, l placement) []UnitFile {
 		{Name: "Install", Directives: []unitfile.Directive{{Key: "WantedBy", Value: "timers.target"}}},
 	}}
 	return []UnitFile{{Name: BackupService, Unit: svc, Triggered: true}, {Name: BackupTimer, Unit: timer}}
+}
+
+// timeSpan writes d, whole seconds, as a systemd time span
+// (systemd.time(7)) in its largest whole unit.
+func timeSpan(d time.Duration) string {
+	switch {
+	case d%time.Hour == 0:
+		return strconv.FormatInt(int64(d/time.Hour), 10) + "h"
+	case d%time.Minute == 0:
+		return strconv.FormatInt(int64(d/time.Minute), 10) + "min"
+	}
+	return strconv.FormatInt(int64(d/time.Second), 10) + "s"
 }
 
 // backupTmpfiles makes the snapshot directory root's, 0700.

@@ -196,3 +196,50 @@ func runBackup(t *testing.T) {
 		t.Errorf("after a failed upload the snapshots are %q (before %q): the new one must stay", after, kept)
 	}
 }
+
+// TestBackupTimeout holds the backup service's TimeoutStartSec= to the
+// spec's etcd.backup.timeout (and its default, an hour) as systemd reads
+// the span: systemd-analyze timespan's microseconds.
+func TestBackupTimeout(t *testing.T) {
+	for _, tc := range []struct {
+		spec string
+		want time.Duration
+	}{
+		{"", time.Hour},
+		{`timeout: "2h30m"`, 150 * time.Minute},
+		{`timeout: "90s"`, 90 * time.Second},
+		{`timeout: "1h0m1s"`, time.Hour + time.Second},
+		{`timeout: "48h"`, 48 * time.Hour},
+	} {
+		m := fixture.Material(t, "single-node", map[string]string{"backup.cue": "package cluster\n\netcd: backup: {" + tc.spec + "}\n"})
+		tree, err := Build(m, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, ok := tree.Get(layout.NodeTree(m.Cluster.Nodes[0].Name, layout.UnitDir+BackupService))
+		if !ok {
+			t.Fatalf("%s: no %s", tc.spec, BackupService)
+		}
+		u, err := unitfile.Parse(f.Data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		spans := u.Get("Service", "TimeoutStartSec")
+		if len(spans) != 1 {
+			t.Fatalf("%s: TimeoutStartSec %q, want one", tc.spec, spans)
+		}
+		out, err := exec.Command("systemd-analyze", "timespan", spans[0]).CombinedOutput()
+		if err != nil {
+			t.Fatalf("systemd-analyze timespan %s: %v\n%s", spans[0], err, out)
+		}
+		var us int64
+		for _, l := range strings.Split(string(out), "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(l), "μs: "); ok {
+				fmt.Sscan(v, &us)
+			}
+		}
+		if got := time.Duration(us) * time.Microsecond; got != tc.want {
+			t.Errorf("%s: TimeoutStartSec=%s is %s to systemd, want %s", tc.spec, spans[0], got, tc.want)
+		}
+	}
+}
