@@ -12,7 +12,6 @@ import (
 	"io"
 	"io/fs"
 	"maps"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -20,7 +19,6 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -987,7 +985,7 @@ func (a *applier) gates(ctx context.Context, c *ir.Cluster, n ir.Node, units []s
 		}
 	}
 	if restarted("kube-apiserver.service") {
-		k := a.kube.at("https://" + net.JoinHostPort(n.Address().String(), strconv.Itoa(c.Kubernetes.APIServerPort)))
+		k := a.kube.at(c.APIServerURL(n))
 		if err := a.await(ctx, "kube-apiserver of "+n.Name+" ready", func() (bool, string) {
 			return k.ready(ctx), "/readyz does not answer ok"
 		}); err != nil {

@@ -1,14 +1,11 @@
 package nspawn
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
@@ -95,7 +92,7 @@ func (a *applier) health(ctx context.Context, c *ir.Cluster) (bool, string) {
 		}
 	}
 	for _, n := range c.Nodes {
-		if n.Runs(ir.ComponentAPIServer) && !a.kube.at("https://"+net.JoinHostPort(n.Address().String(), strconv.Itoa(c.Kubernetes.APIServerPort))).ready(ctx) {
+		if n.Runs(ir.ComponentAPIServer) && !a.kube.at(c.APIServerURL(n)).ready(ctx) {
 			bad = append(bad, "kube-apiserver of "+n.Name+" not ready")
 		}
 	}
@@ -126,7 +123,7 @@ func (a *applier) health(ctx context.Context, c *ir.Cluster) (bool, string) {
 		out, err := a.run(ctx, n.Name, append([]string{"systemctl", "is-active"}, units...)...)
 		states := strings.Fields(string(out))
 		if len(states) != len(units) {
-			bad = append(bad, fmt.Sprintf("%s: systemctl is-active: %v %s", n.Name, err, bytes.TrimSpace(out)))
+			bad = append(bad, fmt.Sprintf("%s: systemctl is-active: %v %s", n.Name, err, strings.TrimSpace(string(out))))
 		} else {
 			for i, s := range states {
 				if s != "active" {

@@ -4,11 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -173,7 +171,7 @@ func (a *applier) restoreGate(ctx context.Context, k restore.Kind, c *ir.Cluster
 			if !n.Runs(ir.ComponentAPIServer) {
 				continue
 			}
-			k := a.kube.at("https://" + net.JoinHostPort(n.Address().String(), strconv.Itoa(c.Kubernetes.APIServerPort)))
+			k := a.kube.at(c.APIServerURL(n))
 			if err := a.await(ctx, "kube-apiserver of "+n.Name+" ready", func() (bool, string) {
 				return k.ready(ctx), "/readyz does not answer ok"
 			}); err != nil {
